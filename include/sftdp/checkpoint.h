@@ -1,0 +1,45 @@
+// sftdp/checkpoint.h — SPEC §5 checkpoint files. A checkpoint holds /params/<name>,
+// /opt/m/<name>, /opt/v/<name> (float32, SPEC names and shapes) and root attributes step,
+// epoch, step_in_epoch (the data cursor: global, not per rank) and config (resolved YAML).
+// Writes are atomic: a temporary name in the same directory, then rename(2).
+// Reading validates names, shapes and types and throws UserError naming the file and tensor.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sftdp/model.h"
+
+namespace sftdp::checkpoint {
+
+struct TrainState {
+  int64_t step = 0;           // completed optimizer steps
+  int64_t epoch = 0;          // data cursor: epoch of the next step
+  int64_t step_in_epoch = 0;  // data cursor: step within that epoch of the next step
+  std::string config_yaml;
+};
+
+// <dir>/step_<S>.h5, written atomically. params, m, v are host buffers of layout.total floats.
+std::string save(const std::string& dir, const model::ParamLayout& layout,
+                 const std::vector<float>& params, const std::vector<float>& m,
+                 const std::vector<float>& v, const TrainState& state);
+
+// Reads a whole checkpoint (params, moments, state). Shapes must match layout.
+void load(const std::string& path, const model::ParamLayout& layout, std::vector<float>& params,
+          std::vector<float>& m, std::vector<float>& v, TrainState& state);
+
+// Reads only /params (load_parameters_path). Shapes must match layout.
+void load_params(const std::string& path, const model::ParamLayout& layout,
+                 std::vector<float>& params);
+
+// Writes only /params (a converted or initial model for load_parameters_path).
+void save_params(const std::string& path, const model::ParamLayout& layout,
+                 const std::vector<float>& params);
+
+// The step_<S>.h5 in dir with the largest S, if any (temporary files are ignored).
+std::optional<std::string> newest(const std::string& dir);
+// Deletes all but the newest `keep` checkpoints (keep <= 0: keep all).
+void prune(const std::string& dir, int64_t keep);
+
+}  // namespace sftdp::checkpoint

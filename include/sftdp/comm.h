@@ -1,0 +1,53 @@
+// sftdp/comm.h — ranks and collectives. MpiSession owns MPI_Init/Finalize (singleton start,
+// mpirun and srun --mpi=pmix all work). A Communicator sums gradient buffers across ranks: the
+// MPI one works on host buffers, the NCCL one (GPU builds) on device buffers. On one rank the
+// allreduce is the identity, but the trainer calls it all the same (one code path).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace sftdp::comm {
+
+class MpiSession {
+ public:
+  MpiSession(int& argc, char**& argv);  // MPI_Init_thread(FUNNELED) unless already initialised
+  ~MpiSession();                        // MPI_Finalize
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  int local_rank() const { return local_rank_; }  // from MPI_Comm_split_type(SHARED)
+  int local_size() const { return local_size_; }
+  const std::string& host() const { return host_; }
+
+ private:
+  int rank_ = 0, world_ = 1, local_rank_ = 0, local_size_ = 1;
+  bool owns_ = false;
+  std::string host_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const char* name() const = 0;  // "mpi" | "nccl"
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // In-place sum across ranks of n floats in this communicator's memory (host for MPI,
+  // device for NCCL). Blocks until the result is usable by the caller's next op.
+  virtual void allreduce_sum(float* buf, size_t n) = 0;
+  // Host-side helpers, always over MPI: sums of doubles, broadcast of bytes, barrier.
+  virtual void allreduce_sum_host(double* buf, size_t n) = 0;
+  virtual void broadcast_host(void* buf, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job with this exit code (MPI_Abort).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+std::unique_ptr<Communicator> make_mpi_communicator();
+
+// The number of ranks and this rank, readable before a Communicator exists (config checks).
+int world_size();
+int world_rank();
+
+}  // namespace sftdp::comm

@@ -1,0 +1,83 @@
+// sftdp/config.h — the resolved run configuration (SPEC §3): a flat YAML file plus
+// MaxText-style key=value overrides. Every key is validated: unknown keys, wrong types and
+// impossible values throw UserError("<key>: <reason>"). World-size-dependent checks (batch
+// divisibility) happen in resolve_batch(), once the communicator knows the world size.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sftdp::config {
+
+struct Config {
+  // Run
+  std::string run_name = "sft";
+  std::string base_output_directory = "out";
+  int64_t steps = -1;        // optimizer steps; -1 = unset (then num_epochs decides)
+  int64_t num_epochs = -1;   // -1 = unset; when both are unset, 1 epoch
+  std::string hardware = "auto";  // cpu | gpu | auto
+  int64_t seed = 0;
+  // Batch
+  int64_t global_batch_size = -1;      // exactly one of these two is set (> 0)
+  int64_t per_device_batch_size = -1;  // rows per rank per micro-step
+  int64_t gradient_accumulation_steps = 1;
+  int64_t max_target_length = 1024;
+  // Data
+  std::vector<std::string> train_files;  // one path or a YAML list; rows are concatenated
+  std::vector<std::string> eval_files;   // optional
+  bool enable_data_shuffling = true;
+  int64_t data_shuffle_seed = 0;
+  int64_t eval_interval = 0;  // 0 = evaluate only at the end (when eval_files is set)
+  int64_t eval_steps = -1;    // -1 = the whole eval set; else at most this many eval batches
+  // Model
+  std::string model_name = "gpt2-tiny";  // preset; explicit dimensions below override it
+  int64_t num_decoder_layers = -1, num_heads = -1, emb_dim = -1, mlp_dim = -1, vocab_size = -1;
+  int64_t max_position_embeddings = -1;  // rows of wpe; preset value or max_target_length
+  std::string load_parameters_path;      // HDF5 with /params (SPEC §5); empty = seeded init
+  std::string weight_dtype = "float32";  // float32 | bfloat16 (bfloat16: GPU only)
+  std::string dtype = "float32";         // activations/GEMM inputs: float32 | bfloat16 (GPU only)
+  // Optimiser
+  double learning_rate = 3e-4;
+  double warmup_steps_fraction = 0.1;
+  double learning_rate_final_fraction = 0.1;
+  double adam_b1 = 0.9, adam_b2 = 0.95, adam_eps = 1e-8;
+  double adam_weight_decay = 0.1;
+  double gradient_clipping_threshold = 1.0;  // 0 = off
+  // Checkpoints
+  int64_t checkpoint_period = 0;  // 0 = only at the end
+  int64_t keep_checkpoints = 0;   // 0 = keep all
+  bool resume = true;
+  // Logging
+  int64_t log_period = 1;  // console line every N steps (metrics.jsonl gets every step)
+
+  // The YAML text that reproduces this config (every key, resolved); stored in checkpoints.
+  std::string to_yaml() const;
+};
+
+// Parse CONFIG.yml then apply key=value overrides in order. Validates every key.
+Config from_file(const std::string& path, const std::vector<std::string>& overrides);
+// Same, from YAML text (tests; checkpoints store the resolved YAML).
+Config from_yaml_text(const std::string& yaml, const std::vector<std::string>& overrides,
+                      const std::string& source_name = "<config>");
+// sft_train's argv: CONFIG.yml [key=value ...]. Throws UserError on bad usage.
+Config from_args(int argc, char** argv);
+
+// Model dimensions after presets and explicit overrides.
+struct ModelDims {
+  int L = 0, NH = 0, C = 0, F = 0, V = 0, maxT = 0;
+};
+ModelDims model_dims(const Config& cfg);
+// Known preset names (gpt2-tiny, gpt2-124m, ...).
+std::vector<std::string> preset_names();
+
+// The batch factorisation for a given world size (SPEC §1).
+struct BatchPlan {
+  int64_t global_batch = 0;   // G rows per optimizer step
+  int64_t micro_batch = 0;    // rows per rank per micro-step = G / world / ga
+  int64_t ga_steps = 1;
+  int world_size = 1;
+};
+// Throws UserError when G / world / ga is not a whole number >= 1.
+BatchPlan resolve_batch(const Config& cfg, int world_size);
+
+}  // namespace sftdp::config

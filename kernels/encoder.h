@@ -1,0 +1,16 @@
+// kernels/encoder.h — token + position embedding. Legend: B batch, T seq, C channels,
+// V vocab, maxT rows of the position table. pos == nullptr means positions 0..T-1.
+// Accumulation: parameter grads (dwte, dwpe) +=. Deterministic: every sum in a fixed order.
+#pragma once
+#include <cstdint>
+
+namespace sftdp::cpu {
+void encoder_fwd(float* out,                                   // (B,T,C)
+                 const int32_t* inp, const int32_t* pos,       // (B,T) (B,T) or null
+                 const float* wte, const float* wpe,           // (V,C) (maxT,C)
+                 int B, int T, int C);
+void encoder_bwd(float* dwte, float* dwpe,                     // (V,C) += ; (maxT,C) +=
+                 const float* dout,                            // (B,T,C)
+                 const int32_t* inp, const int32_t* pos,       // (B,T) (B,T) or null
+                 int B, int T, int C);
+}  // namespace sftdp::cpu

@@ -1,0 +1,9 @@
+// kernels/gelu.h — GELU, tanh form (GPT-2): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+// N elements. Accumulation: dinp = (overwritten).
+#pragma once
+#include <cstddef>
+
+namespace sftdp::cpu {
+void gelu_fwd(float* out, const float* inp, size_t N);                    // (N) (N)
+void gelu_bwd(float* dinp, const float* inp, const float* dout, size_t N);  // (N) = ; (N) (N)
+}  // namespace sftdp::cpu

@@ -1,0 +1,16 @@
+// kernels/matmul.h — Linear layer out = inp · weightᵀ + bias, PyTorch layout (weight is [OC, IC]).
+// N rows (= B*T), IC in channels, OC out channels. bias / dbias may be null.
+// Accumulation: dweight, dbias +=; dinp = (overwritten).
+// The CPU twin calls cblas_sgemm (OpenBLAS); matmul_fwd_naive is the plain-loop reference tests trust.
+#pragma once
+
+namespace sftdp::cpu {
+void matmul_fwd(float* out,                                            // (N,OC)
+                const float* inp, const float* weight, const float* bias,  // (N,IC) (OC,IC) (OC)
+                int N, int IC, int OC);
+void matmul_bwd(float* dinp, float* dweight, float* dbias,              // (N,IC) = ; (OC,IC) += ; (OC) +=
+                const float* dout, const float* inp, const float* weight,  // (N,OC) (N,IC) (OC,IC)
+                int N, int IC, int OC);
+void matmul_fwd_naive(float* out, const float* inp, const float* weight, const float* bias,
+                      int N, int IC, int OC);  // plain loops, fp64 accumulation
+}  // namespace sftdp::cpu

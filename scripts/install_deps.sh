@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what sft-dp needs from Debian's packages, only what is missing. Idempotent; run as root
+# (or with sudo available). Used by scripts/demo.sh, scripts/test.sh and .ci/run.
+set -euo pipefail
+PKGS=(cmake g++ make openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libopenblas-dev
+      libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
+      python3 python3-numpy python3-h5py python3-torch)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install_deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
