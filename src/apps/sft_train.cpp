@@ -1,0 +1,37 @@
+// sft_train CONFIG.yml [key=value ...] — train (SPEC §2). Exit 0 success, 2 bad usage/config/
+// data (one `error:` line), 1 anything else. Launch plainly, with mpirun -np N, or srun.
+#include <cstdio>
+#include <cstring>
+
+#include "sftdp/check.h"
+#include "sftdp/comm.h"
+#include "sftdp/config.h"
+#include "sftdp/train.h"
+
+static void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: sft_train CONFIG.yml [key=value ...]\n"
+               "  Fine-tunes a GPT-2-family model data-parallel over MPI ranks.\n"
+               "  Later key=value pairs override the file (e.g. steps=100 learning_rate=1e-4).\n"
+               "  Launch as: sft_train ..., mpirun -np N sft_train ..., or srun sft_train ...\n"
+               "  Keys: see configs/reference.yml. Exit: 0 ok, 2 bad input, 1 other failure.\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
+    usage(stdout);
+    return 0;
+  }
+  sftdp::comm::MpiSession mpi(argc, argv);
+  try {
+    const auto cfg = sftdp::config::from_args(argc, argv);
+    return sftdp::train::run(cfg, mpi);
+  } catch (const sftdp::UserError& e) {
+    // Every rank saw the same bad input (config, data file header): each exits 2 cleanly.
+    if (mpi.rank() == 0) {
+      std::fprintf(stderr, "sft_train: error: %s\n", e.what());
+      if (argc < 2) usage(stderr);
+    }
+    return 2;
+  }
+}
