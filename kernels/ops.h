@@ -44,5 +44,10 @@ const Ops& cpu_ops();
 const Ops* cuda_ops();
 // True when built with CUDA and cudaGetDeviceCount reports a device ("driver insufficient" = no).
 bool cuda_device_available();
+// GPU builds only: picks this rank's device. With CUDA_VISIBLE_DEVICES narrowed to one device
+// (srun --gpus-per-task) that device; else device local_rank % device_count. Returns its index.
+int cuda_select_device(int local_rank);
+// GPU builds only: GEMM inputs in bf16 (fp32 accumulation and outputs) when true; fp32 otherwise.
+void cuda_set_bf16_gemm(bool on);
 
 }  // namespace sftdp

@@ -45,6 +45,9 @@ class Communicator {
 };
 
 std::unique_ptr<Communicator> make_mpi_communicator();
+// GPU builds only (SFTDP_WITH_CUDA): NCCL over device buffers, the ncclUniqueId broadcast over
+// MPI. The CUDA device must already be selected (cuda_select_device in kernels/ops.h).
+std::unique_ptr<Communicator> make_nccl_communicator();
 
 // The number of ranks and this rank, readable before a Communicator exists (config checks).
 int world_size();
