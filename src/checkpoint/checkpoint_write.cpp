@@ -1,0 +1,187 @@
+// src/checkpoint/checkpoint_write.cpp — save() and save_params() (SPEC §5). The file is written
+// under a temporary name in the target directory, flushed, fsynced and renamed over the final
+// name, then the directory is fsynced: a crash leaves the old file or the whole new one, never a
+// partial one. Any failure removes the temporary file and dies (exit 1): a checkpoint that cannot
+// be written is a problem of the machine (disk full, permissions), found on one rank only.
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "checkpoint/h5_handle.h"
+#include "sftdp/check.h"
+#include "sftdp/checkpoint.h"
+
+namespace sftdp::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::H5Handle;
+
+// One HDF5 file written at a temporary name and committed by rename. Every HDF5 call goes through
+// ok() (see H5_OK), which removes the temporary file before dying, so nothing partial remains.
+class AtomicH5Writer {
+ public:
+  explicit AtomicH5Writer(const std::string& final_path) : final_path_(final_path) {
+    const fs::path final_fs(final_path);
+    dir_ = final_fs.has_parent_path() ? final_fs.parent_path().string() : std::string(".");
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec) fail("POSIX", "create_directories", dir_ + ": " + ec.message(), __LINE__);
+    // Hidden and suffixed: newest() never mistakes it for a checkpoint, and two processes
+    // writing the same step cannot collide.
+    temp_path_ = (fs::path(dir_) / ("." + final_fs.filename().string() + ".tmp." +
+                                    std::to_string(getpid()))).string();
+    file_ = H5Handle(ok(H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                        "H5Fcreate", __LINE__),
+                     H5Fclose);
+  }
+  // Not committed (an exception unwound past us): leave no temporary file behind.
+  ~AtomicH5Writer() {
+    if (!committed_) {
+      file_.reset();
+      std::remove(temp_path_.c_str());
+    }
+  }
+  AtomicH5Writer(const AtomicH5Writer&) = delete;
+  AtomicH5Writer& operator=(const AtomicH5Writer&) = delete;
+
+  hid_t file() const { return file_.get(); }
+
+  template <class T>
+  T ok(T status, const char* call, int line) {
+    if (status < 0) fail("HDF5", call, h5_error_string(status), line);
+    return status;
+  }
+
+  // Flush and close the HDF5 file, fsync it, rename it over the final name, fsync the directory.
+  void commit() {
+    ok(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "H5Fflush", __LINE__);
+    ok(H5Fclose(file_.release()), "H5Fclose", __LINE__);
+    fsync_path(temp_path_, O_RDONLY);
+    if (std::rename(temp_path_.c_str(), final_path_.c_str()) != 0)
+      fail_errno("rename", temp_path_ + " -> " + final_path_, __LINE__);
+    committed_ = true;
+    fsync_path(dir_, O_RDONLY | O_DIRECTORY);  // makes the rename itself durable
+  }
+
+ private:
+  void fsync_path(const std::string& path, int flags) {
+    const int fd = ::open(path.c_str(), flags);
+    if (fd < 0) fail_errno("open", path, __LINE__);
+    if (::fsync(fd) != 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      fail_errno("fsync", path, __LINE__);
+    }
+    ::close(fd);
+  }
+  [[noreturn]] void fail_errno(const char* call, const std::string& what, int line) {
+    fail("POSIX", call, what + ": " + std::strerror(errno), line);
+  }
+  [[noreturn]] void fail(const char* lib, const char* call, const std::string& msg, int line) {
+    // The message is taken before anything else runs: the next HDF5 call clears the error stack.
+    std::string full = msg;
+    if (!temp_path_.empty() && !committed_) {
+      std::remove(temp_path_.c_str());
+      full += " (writing " + final_path_ + "; temporary file removed)";
+    }
+    die_internal(lib, call, full, __FILE__, line);
+  }
+
+  std::string final_path_, dir_, temp_path_;
+  H5Handle file_;
+  bool committed_ = false;
+};
+
+#define H5_OK(writer, expr) (writer).ok((expr), #expr, __LINE__)
+
+// /<group_name>/<tensor name> for every tensor of the layout: float32, the layout's shape.
+void write_tensors(AtomicH5Writer& w, hid_t parent, const char* group_name,
+                   const model::ParamLayout& layout, const std::vector<float>& buffer) {
+  H5Handle group(H5_OK(w, H5Gcreate2(parent, group_name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                 H5Gclose);
+  for (const auto& t : layout.tensors) {
+    const std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+    H5Handle space(H5_OK(w, H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
+                   H5Sclose);
+    H5Handle dset(H5_OK(w, H5Dcreate2(group.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                  H5Dclose);
+    H5_OK(w, H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                      buffer.data() + t.offset));
+  }
+}
+
+// Scalar integer attribute on the root: file type `file_type`, memory type `mem_type`.
+void write_scalar_attr(AtomicH5Writer& w, const char* name, hid_t file_type, hid_t mem_type,
+                       const void* value) {
+  H5Handle space(H5_OK(w, H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle attr(H5_OK(w, H5Acreate2(w.file(), name, file_type, space.get(), H5P_DEFAULT,
+                                    H5P_DEFAULT)),
+                H5Aclose);
+  H5_OK(w, H5Awrite(attr.get(), mem_type, value));
+}
+
+// Variable-length UTF-8 string: no 64 KiB attribute limit, and h5py reads it as a str.
+void write_string_attr(AtomicH5Writer& w, const char* name, const std::string& text) {
+  H5Handle type(H5_OK(w, H5Tcopy(H5T_C_S1)), H5Tclose);
+  H5_OK(w, H5Tset_size(type.get(), H5T_VARIABLE));
+  H5_OK(w, H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  H5Handle space(H5_OK(w, H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle attr(H5_OK(w, H5Acreate2(w.file(), name, type.get(), space.get(), H5P_DEFAULT,
+                                    H5P_DEFAULT)),
+                H5Aclose);
+  const char* data = text.c_str();
+  H5_OK(w, H5Awrite(attr.get(), type.get(), &data));
+}
+
+}  // namespace
+
+std::string save(const std::string& dir, const model::ParamLayout& layout,
+                 const std::vector<float>& params, const std::vector<float>& m,
+                 const std::vector<float>& v, const TrainState& state) {
+  detail::check_layout(layout, params.size());
+  SFTDP_ASSERT(m.size() == layout.total && v.size() == layout.total,
+               "AdamW moment buffers differ from layout.total");
+  SFTDP_ASSERT(state.step >= 0, "negative step");
+  const std::string final_path =
+      (fs::path(dir) / ("step_" + std::to_string(state.step) + ".h5")).string();
+
+  AtomicH5Writer w(final_path);
+  write_tensors(w, w.file(), detail::kParamsGroup, layout, params);
+  {
+    H5Handle opt(H5_OK(w, H5Gcreate2(w.file(), "opt", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                 H5Gclose);
+    write_tensors(w, opt.get(), detail::kMomentGroups[0], layout, m);
+    write_tensors(w, opt.get(), detail::kMomentGroups[1], layout, v);
+  }
+  const int version = detail::kFormatVersion;
+  write_scalar_attr(w, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
+  write_scalar_attr(w, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &state.step);
+  write_scalar_attr(w, "epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &state.epoch);
+  write_scalar_attr(w, "step_in_epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &state.step_in_epoch);
+  write_string_attr(w, "config", state.config_yaml);
+  w.commit();
+  return final_path;
+}
+
+void save_params(const std::string& path, const model::ParamLayout& layout,
+                 const std::vector<float>& params) {
+  detail::check_layout(layout, params.size());
+  AtomicH5Writer w(path);
+  write_tensors(w, w.file(), detail::kParamsGroup, layout, params);
+  const int version = detail::kFormatVersion;
+  write_scalar_attr(w, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
+  w.commit();
+}
+
+}  // namespace sftdp::checkpoint

@@ -1,0 +1,54 @@
+// src/comm/mpi_session.cpp — MPI_Init/Finalize around a run, and this rank's place: rank, world,
+// node-local rank (MPI_Comm_split_type SHARED) and host name. Works under mpirun, srun --mpi=pmix
+// and as a singleton with no launcher.
+#include <mpi.h>
+
+#include "sftdp/check.h"
+#include "sftdp/comm.h"
+#include "sftdp/log.h"
+
+namespace sftdp::comm {
+
+MpiSession::MpiSession(int& argc, char**& argv) {
+  int init = 0;
+  CHECK_MPI(MPI_Initialized(&init));
+  if (!init) {
+    int provided = 0;
+    CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+    owns_ = true;
+  }
+  // Errors come back as codes, so CHECK_MPI can name the call before aborting the job.
+  CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+  MPI_Comm local;
+  CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  CHECK_MPI(MPI_Comm_rank(local, &local_rank_));
+  CHECK_MPI(MPI_Comm_size(local, &local_size_));
+  CHECK_MPI(MPI_Comm_free(&local));
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int len = 0;
+  CHECK_MPI(MPI_Get_processor_name(name, &len));
+  host_.assign(name, len);
+  log::set_rank(rank_);
+}
+
+MpiSession::~MpiSession() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (owns_ && !fin) MPI_Finalize();
+}
+
+int world_size() {
+  int w = 1;
+  CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &w));
+  return w;
+}
+
+int world_rank() {
+  int r = 0;
+  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &r));
+  return r;
+}
+
+}  // namespace sftdp::comm

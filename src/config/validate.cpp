@@ -1,0 +1,124 @@
+// src/config/validate.cpp — range and consistency checks on a fully parsed config. Runs once,
+// after the file and every key=value override are applied, so a later override may fix an
+// earlier value. Each failure is UserError("<key>: <reason>") naming the key to change.
+#include <cmath>
+#include <string>
+
+#include "config/keys.h"
+#include "sftdp/check.h"
+
+namespace sftdp::config::detail {
+namespace {
+
+[[noreturn]] void fail(const char* key, const std::string& reason) {
+  throw UserError(std::string(key) + ": " + reason);
+}
+
+void require_at_least(const char* key, int64_t value, int64_t lowest) {
+  if (value < lowest)
+    fail(key, "must be >= " + std::to_string(lowest) + ", got " + std::to_string(value));
+}
+
+// Unset (-1) is fine; anything else must be >= 1.
+void require_unset_or_positive(const char* key, int64_t value, const char* unset_means) {
+  if (value != -1 && value < 1)
+    fail(key, "must be >= 1 (or null: " + std::string(unset_means) + "), got " +
+                  std::to_string(value));
+}
+
+void require_in_range(const char* key, double value, double lo, double hi, bool hi_open) {
+  if (value < lo || value > hi || (hi_open && value == hi))
+    fail(key, "must be in [" + format_double(lo) + ", " + format_double(hi) +
+                  (hi_open ? ")" : "]") + ", got " + format_double(value));
+}
+
+void require_one_of(const char* key, const std::string& value, const char* first,
+                    const char* second, const char* third = nullptr) {
+  if (value == first || value == second || (third && value == third)) return;
+  std::string choices = third ? std::string(first) + ", " + second + " or " + third
+                              : std::string(first) + " or " + second;
+  fail(key, "expected " + choices + ", got '" + value + "'");
+}
+
+void validate_run(const Config& cfg) {
+  if (cfg.run_name.empty()) fail("run_name", "must not be empty");
+  if (cfg.run_name.find('/') != std::string::npos || cfg.run_name == "." || cfg.run_name == "..")
+    fail("run_name", "must be a plain directory name, got '" + cfg.run_name + "'");
+  if (cfg.base_output_directory.empty()) fail("base_output_directory", "must not be empty");
+  require_unset_or_positive("steps", cfg.steps, "num_epochs decides");
+  require_unset_or_positive("num_epochs", cfg.num_epochs, "1 epoch, or steps decides");
+  if (cfg.steps != -1 && cfg.num_epochs != -1)
+    fail("steps", "give steps or num_epochs, not both (set the other to null)");
+  require_one_of("hardware", cfg.hardware, "cpu", "gpu", "auto");
+  require_at_least("seed", cfg.seed, 0);
+}
+
+void validate_batch(const Config& cfg) {
+  const bool has_global = cfg.global_batch_size != -1;
+  const bool has_per_device = cfg.per_device_batch_size != -1;
+  if (has_global && has_per_device)
+    fail("global_batch_size", "give global_batch_size or per_device_batch_size, not both");
+  if (!has_global && !has_per_device)
+    fail("global_batch_size", "not set (give global_batch_size or per_device_batch_size)");
+  if (has_global) require_at_least("global_batch_size", cfg.global_batch_size, 1);
+  if (has_per_device) require_at_least("per_device_batch_size", cfg.per_device_batch_size, 1);
+  require_at_least("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1);
+  require_at_least("max_target_length", cfg.max_target_length, 1);
+}
+
+void validate_data(const Config& cfg) {
+  if (cfg.train_files.empty())
+    fail("train_files", "not set (give a data file, e.g. train_files=data/train.h5, or a list)");
+  for (const auto& path : cfg.train_files)
+    if (path.empty()) fail("train_files", "contains an empty path");
+  for (const auto& path : cfg.eval_files)
+    if (path.empty()) fail("eval_files", "contains an empty path");
+  require_at_least("data_shuffle_seed", cfg.data_shuffle_seed, 0);
+  require_at_least("eval_interval", cfg.eval_interval, 0);
+  require_unset_or_positive("eval_steps", cfg.eval_steps, "the whole eval set");
+}
+
+void validate_model(const Config& cfg) {
+  // model_dims checks: the preset exists, explicit dims >= 1, num_heads divides emb_dim.
+  const ModelDims dims = model_dims(cfg);
+  if (cfg.max_target_length > dims.maxT)
+    fail("max_target_length", std::to_string(cfg.max_target_length) +
+                                  " exceeds the model's position table (max_position_embeddings=" +
+                                  std::to_string(dims.maxT) + ")");
+  require_one_of("weight_dtype", cfg.weight_dtype, "float32", "bfloat16");
+  require_one_of("dtype", cfg.dtype, "float32", "bfloat16");
+}
+
+void validate_optimiser(const Config& cfg) {
+  if (cfg.learning_rate < 0)
+    fail("learning_rate", "must be >= 0, got " + format_double(cfg.learning_rate));
+  require_in_range("warmup_steps_fraction", cfg.warmup_steps_fraction, 0, 1, false);
+  require_in_range("learning_rate_final_fraction", cfg.learning_rate_final_fraction, 0, 1, false);
+  require_in_range("adam_b1", cfg.adam_b1, 0, 1, true);
+  require_in_range("adam_b2", cfg.adam_b2, 0, 1, true);
+  if (!(cfg.adam_eps > 0)) fail("adam_eps", "must be > 0, got " + format_double(cfg.adam_eps));
+  if (cfg.adam_weight_decay < 0)
+    fail("adam_weight_decay", "must be >= 0, got " + format_double(cfg.adam_weight_decay));
+  if (cfg.gradient_clipping_threshold < 0)
+    fail("gradient_clipping_threshold",
+         "must be >= 0 (0 = off), got " + format_double(cfg.gradient_clipping_threshold));
+}
+
+void validate_checkpoints_and_logging(const Config& cfg) {
+  require_at_least("checkpoint_period", cfg.checkpoint_period, 0);
+  require_at_least("keep_checkpoints", cfg.keep_checkpoints, 0);
+  require_at_least("log_period", cfg.log_period, 1);
+}
+
+}  // namespace
+
+void validate(const Config& cfg) {
+  validate_run(cfg);
+  validate_batch(cfg);
+  validate_data(cfg);
+  validate_model(cfg);
+  validate_optimiser(cfg);
+  validate_checkpoints_and_logging(cfg);
+}
+
+}  // namespace sftdp::config::detail

@@ -1,0 +1,221 @@
+// src/model/gpt2.cpp — GPT-2 forward and backward through the Ops table (llm.c's structure).
+// Legend: B batch, T seq, C channels, F mlp dim, V vocab, NH heads, L layers, N = B*T.
+// Backward runs on the loss SUM: the cross-entropy writes w·(softmax − onehot) and adds the loss
+// and weight sums to the two floats after the gradients; gradient sums accumulate (+=).
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/ops.h"
+#include "sftdp/check.h"
+#include "sftdp/model.h"
+
+namespace sftdp::model {
+
+// Activations for max_B rows, in device memory. Per layer: what backward needs again.
+struct Gpt2::Acts {
+  struct Layer {
+    float *ln1, *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
+    float *qkv, *atty, *att;           // (N,3C) (N,C) (B,NH,T,T)
+    float *residual2;                  // (N,C)
+    float *ln2, *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
+    float *fch, *fch_gelu;             // (N,F) (N,F)
+    float *residual3;                  // (N,C)
+  };
+  std::vector<Layer> layers;
+  float *encoded;                      // (N,C)
+  float *lnf, *lnf_mean, *lnf_rstd;    // (N,C) (N) (N)
+  float *logits;                       // (N,V); dlogits in place during backward
+  float *scratch_btc;                  // (N,C) attproj / fcproj forward; activation grads backward
+  float *dresidual;                    // (N,C)
+  float *dbtf_a, *dbtf_b;              // (N,F)
+  float *dqkv, *datt;                  // (N,3C) (B,NH,T,T)
+  float *eval_sums;                    // (2)
+  int32_t *inputs, *targets, *segments, *positions;  // (N) each
+  float *weights;                                    // (N)
+  bool has_segments = false, has_positions = false;
+  std::vector<void*> owned;
+};
+
+Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T)
+    : d_(d), ops_(ops), max_B_(max_B), T_(T), layout_(gpt2_layout(d)) {
+  SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
+  SFTDP_ASSERT(d.C % d.NH == 0, "emb_dim must be divisible by num_heads");
+  params_ = static_cast<float*>(ops_.alloc(layout_.total * sizeof(float)));
+  grads_ = static_cast<float*>(ops_.alloc(grad_buffer_floats() * sizeof(float)));
+  acts_ = new Acts();
+  auto& a = *acts_;
+  const size_t N = size_t(max_B) * T, C = d.C, F = d.F, V = d.V, att = size_t(max_B) * d.NH * T * T;
+  auto f = [&](size_t n) {
+    void* p = ops_.alloc(std::max<size_t>(n, 1) * sizeof(float));
+    a.owned.push_back(p);
+    return static_cast<float*>(p);
+  };
+  auto i32 = [&](size_t n) {
+    void* p = ops_.alloc(std::max<size_t>(n, 1) * sizeof(int32_t));
+    a.owned.push_back(p);
+    return static_cast<int32_t*>(p);
+  };
+  a.layers.resize(d.L);
+  for (auto& l : a.layers) {
+    l.ln1 = f(N * C), l.ln1_mean = f(N), l.ln1_rstd = f(N);
+    l.qkv = f(N * 3 * C), l.atty = f(N * C), l.att = f(att);
+    l.residual2 = f(N * C);
+    l.ln2 = f(N * C), l.ln2_mean = f(N), l.ln2_rstd = f(N);
+    l.fch = f(N * F), l.fch_gelu = f(N * F);
+    l.residual3 = f(N * C);
+  }
+  a.encoded = f(N * C);
+  a.lnf = f(N * C), a.lnf_mean = f(N), a.lnf_rstd = f(N);
+  a.logits = f(N * V);
+  a.scratch_btc = f(N * C), a.dresidual = f(N * C);
+  a.dbtf_a = f(N * F), a.dbtf_b = f(N * F);
+  a.dqkv = f(N * 3 * C), a.datt = f(att);
+  a.eval_sums = f(2);
+  a.inputs = i32(N), a.targets = i32(N), a.segments = i32(N), a.positions = i32(N);
+  a.weights = f(N);
+}
+
+Gpt2::~Gpt2() {
+  for (void* p : acts_->owned) ops_.free(p);
+  delete acts_;
+  ops_.free(params_);
+  ops_.free(grads_);
+}
+
+void Gpt2::set_params_from_host(const std::vector<float>& host) {
+  SFTDP_ASSERT(host.size() == layout_.total, "parameter buffer size mismatch");
+  ops_.to_device(params_, host.data(), host.size() * sizeof(float));
+}
+
+std::vector<float> Gpt2::params_to_host() const {
+  std::vector<float> h(layout_.total);
+  ops_.to_host(h.data(), params_, h.size() * sizeof(float));
+  return h;
+}
+
+std::vector<float> Gpt2::grads_to_host() const {
+  std::vector<float> h(grad_buffer_floats());
+  ops_.to_host(h.data(), grads_, h.size() * sizeof(float));
+  return h;
+}
+
+void Gpt2::zero_grads() { ops_.zero(grads_, grad_buffer_floats() * sizeof(float)); }
+
+void Gpt2::upload(const data::Batch& b) {
+  SFTDP_ASSERT(b.B >= 1 && b.B <= max_B_ && b.T == T_, "micro-batch shape does not fit the model");
+  const size_t n = size_t(b.B) * b.T;
+  auto& a = *acts_;
+  ops_.to_device(a.inputs, b.inputs.data(), n * sizeof(int32_t));
+  ops_.to_device(a.targets, b.targets.data(), n * sizeof(int32_t));
+  ops_.to_device(a.weights, b.loss_weights.data(), n * sizeof(float));
+  a.has_segments = b.has_segments();
+  a.has_positions = b.has_positions();
+  if (a.has_segments) ops_.to_device(a.segments, b.segment_ids.data(), n * sizeof(int32_t));
+  if (a.has_positions) ops_.to_device(a.positions, b.positions.data(), n * sizeof(int32_t));
+}
+
+namespace {
+struct LayerParams {
+  const float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+template <class P>
+LayerParams layer_params(const ParamLayout& lay, P base, int l) {
+  const std::string h = "h." + std::to_string(l) + ".";
+  auto at = [&](const char* n) { return base + lay.find(h + n).offset; };
+  return {at("ln_1.weight"), at("ln_1.bias"), at("attn.qkv.weight"), at("attn.qkv.bias"),
+          at("attn.proj.weight"), at("attn.proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
+          at("mlp.fc.weight"), at("mlp.fc.bias"), at("mlp.proj.weight"), at("mlp.proj.bias")};
+}
+}  // namespace
+
+void Gpt2::run_forward(int B) {
+  auto& a = *acts_;
+  const Ops& o = ops_;
+  const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, N = B * T;
+  const float* p = params_;
+  const int32_t* pos = a.has_positions ? a.positions : nullptr;
+  const int32_t* seg = a.has_segments ? a.segments : nullptr;
+  o.encoder_fwd(a.encoded, a.inputs, pos, p + layout_.find("wte").offset,
+                p + layout_.find("wpe").offset, B, T, C);
+  const float* residual = a.encoded;
+  for (int l = 0; l < d_.L; ++l) {
+    auto& x = a.layers[l];
+    const auto w = layer_params(layout_, p, l);
+    o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+    o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+    o.attention_fwd(x.atty, x.att, x.qkv, seg, B, T, C, NH);
+    o.matmul_fwd(a.scratch_btc, x.atty, w.projw, w.projb, N, C, C);
+    o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
+    o.layernorm_fwd(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
+    o.matmul_fwd(x.fch, x.ln2, w.fcw, w.fcb, N, C, F);
+    o.gelu_fwd(x.fch_gelu, x.fch, size_t(N) * F);
+    o.matmul_fwd(a.scratch_btc, x.fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
+    o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
+    residual = x.residual3;
+  }
+  o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + layout_.find("ln_f.weight").offset,
+                  p + layout_.find("ln_f.bias").offset, N, C);
+  // LM head tied to wte: logits = lnf · wteᵀ, no bias.
+  o.matmul_fwd(a.logits, a.lnf, p + layout_.find("wte").offset, nullptr, N, C, V);
+}
+
+void Gpt2::run_backward(int B) {
+  auto& a = *acts_;
+  const Ops& o = ops_;
+  const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, N = B * T;
+  const float* p = params_;
+  float* g = grads_;
+  const auto& wte = layout_.find("wte");
+  const auto& lnfw = layout_.find("ln_f.weight");
+  const auto& lnfb = layout_.find("ln_f.bias");
+  // a.logits holds dlogits (written in place by the cross-entropy).
+  o.matmul_bwd(a.scratch_btc, g + wte.offset, nullptr, a.logits, a.lnf, p + wte.offset, N, C, V);
+  o.zero(a.dresidual, size_t(N) * C * sizeof(float));
+  const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
+  o.layernorm_bwd(a.dresidual, g + lnfw.offset, g + lnfb.offset, a.scratch_btc, last,
+                  p + lnfw.offset, a.lnf_mean, a.lnf_rstd, N, C);
+  for (int l = d_.L - 1; l >= 0; --l) {
+    auto& x = a.layers[l];
+    const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+    const auto w = layer_params(layout_, p, l);
+    const auto dw = layer_params(layout_, g, l);
+    auto mut = [](const float* q) { return const_cast<float*>(q); };
+    // a.dresidual = d residual3; the MLP branch
+    o.matmul_bwd(a.dbtf_a, mut(dw.fcprojw), mut(dw.fcprojb), a.dresidual, x.fch_gelu, w.fcprojw, N, F, C);
+    o.gelu_bwd(a.dbtf_b, x.fch, a.dbtf_a, size_t(N) * F);
+    o.matmul_bwd(a.scratch_btc, mut(dw.fcw), mut(dw.fcb), a.dbtf_b, x.ln2, w.fcw, N, C, F);
+    o.layernorm_bwd(a.dresidual, mut(dw.ln2w), mut(dw.ln2b), a.scratch_btc, x.residual2, w.ln2w,
+                    x.ln2_mean, x.ln2_rstd, N, C);
+    // a.dresidual = d residual2; the attention branch
+    o.matmul_bwd(a.scratch_btc, mut(dw.projw), mut(dw.projb), a.dresidual, x.atty, w.projw, N, C, C);
+    o.attention_bwd(a.dqkv, a.datt, a.scratch_btc, x.qkv, x.att, B, T, C, NH);
+    o.matmul_bwd(a.scratch_btc, mut(dw.qkvw), mut(dw.qkvb), a.dqkv, x.ln1, w.qkvw, N, C, 3 * C);
+    o.layernorm_bwd(a.dresidual, mut(dw.ln1w), mut(dw.ln1b), a.scratch_btc, residual, w.ln1w,
+                    x.ln1_mean, x.ln1_rstd, N, C);
+  }
+  const int32_t* pos = a.has_positions ? a.positions : nullptr;
+  o.encoder_bwd(g + wte.offset, g + layout_.find("wpe").offset, a.dresidual, a.inputs, pos, B, T, C);
+}
+
+void Gpt2::forward_backward(const data::Batch& batch) {
+  upload(batch);
+  run_forward(batch.B);
+  auto& a = *acts_;
+  const int N = batch.B * T_;
+  // Loss and weight SUMS go to the two floats after the gradients; dlogits in place.
+  ops_.cross_entropy_fwd_bwd(grads_ + layout_.total, a.logits, a.logits, a.targets, a.weights, N, d_.V);
+  run_backward(batch.B);
+}
+
+LossSums Gpt2::forward(const data::Batch& batch) {
+  upload(batch);
+  run_forward(batch.B);
+  auto& a = *acts_;
+  ops_.zero(a.eval_sums, 2 * sizeof(float));
+  ops_.cross_entropy_fwd_bwd(a.eval_sums, nullptr, a.logits, a.targets, a.weights, batch.B * T_, d_.V);
+  float sums[2];
+  ops_.to_host(sums, a.eval_sums, sizeof sums);
+  return {sums[0], sums[1]};
+}
+
+}  // namespace sftdp::model

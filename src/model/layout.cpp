@@ -1,0 +1,107 @@
+// src/model/layout.cpp — GPT-2 parameter names, shapes and offsets (SPEC §5), and the seeded
+// GPT-2 initialisation. Memory order puts every >= 2-D weight first, so AdamW's weight decay is
+// one contiguous range [0, n_decay).
+#include <cmath>
+#include <cstdint>
+
+#include "sftdp/check.h"
+#include "sftdp/model.h"
+
+namespace sftdp::model {
+
+const ParamInfo& ParamLayout::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return t;
+  die_internal("sftdp", "ParamLayout::find", "no parameter named " + name, __FILE__, __LINE__);
+}
+
+ParamLayout gpt2_layout(const config::ModelDims& d) {
+  const int64_t C = d.C, F = d.F, V = d.V, T = d.maxT;
+  ParamLayout lay;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.numel = 1;
+    for (auto s : p.shape) p.numel *= static_cast<size_t>(s);
+    p.decay = p.shape.size() >= 2;
+    lay.tensors.push_back(std::move(p));
+  };
+  add("wte", {V, C});
+  add("wpe", {T, C});
+  for (int l = 0; l < d.L; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    add(h + "ln_1.weight", {C});
+    add(h + "ln_1.bias", {C});
+    add(h + "attn.qkv.weight", {3 * C, C});
+    add(h + "attn.qkv.bias", {3 * C});
+    add(h + "attn.proj.weight", {C, C});
+    add(h + "attn.proj.bias", {C});
+    add(h + "ln_2.weight", {C});
+    add(h + "ln_2.bias", {C});
+    add(h + "mlp.fc.weight", {F, C});
+    add(h + "mlp.fc.bias", {F});
+    add(h + "mlp.proj.weight", {C, F});
+    add(h + "mlp.proj.bias", {C});
+  }
+  add("ln_f.weight", {C});
+  add("ln_f.bias", {C});
+  // Offsets: decayed (>= 2-D) tensors first, each group in SPEC order. 16-float alignment keeps
+  // every tensor 64-byte aligned for vector loads.
+  size_t off = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& t : lay.tensors) {
+      if (t.decay != (pass == 0)) continue;
+      t.offset = off;
+      off += (t.numel + 15) / 16 * 16;
+    }
+    if (pass == 0) lay.n_decay = off;
+  }
+  lay.total = off;
+  return lay;
+}
+
+namespace {
+// splitmix64: a small, fully specified generator, so initial weights are the same everywhere.
+struct SplitMix64 {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
+  double normal() {  // Box–Muller
+    double u1 = uniform(), u2 = uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+};
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+void init_params(std::vector<float>& params, const ParamLayout& layout, const config::ModelDims& d,
+                 uint64_t seed) {
+  params.assign(layout.total, 0.0f);
+  const double std_w = 0.02, std_proj = 0.02 / std::sqrt(2.0 * d.L);
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    const auto& t = layout.tensors[i];
+    float* p = params.data() + t.offset;
+    if (!t.decay) {  // LayerNorm weight 1, everything else 0
+      const float v = ends_with(t.name, "ln_1.weight") || ends_with(t.name, "ln_2.weight") ||
+                              t.name == "ln_f.weight" ? 1.0f : 0.0f;
+      for (size_t j = 0; j < t.numel; ++j) p[j] = v;
+      continue;
+    }
+    // One stream per tensor, so adding layers does not shift the others' values.
+    SplitMix64 rng{seed * 0x100000001B3ull + 0x51ED27ull * (i + 1)};
+    const bool proj = ends_with(t.name, "attn.proj.weight") || ends_with(t.name, "mlp.proj.weight");
+    const double sd = proj ? std_proj : std_w;
+    for (size_t j = 0; j < t.numel; ++j) p[j] = static_cast<float>(sd * rng.normal());
+  }
+}
+
+}  // namespace sftdp::model

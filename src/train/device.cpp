@@ -1,0 +1,44 @@
+// src/train/device.cpp — see device.h.
+#include "train/device.h"
+
+#include "sftdp/check.h"
+#include "sftdp/log.h"
+
+namespace sftdp::train {
+
+Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
+  Device dev;
+  const bool have_gpu = cuda_device_available();
+  if (cfg.hardware == "gpu" && !have_gpu) {
+#ifdef SFTDP_WITH_CUDA
+    throw UserError("hardware: gpu requested but no CUDA device is usable on " + mpi.host() +
+                    " (use hardware=cpu or auto)");
+#else
+    throw UserError("hardware: gpu requested but this build has no CUDA (nvcc was not found at "
+                    "build time); use hardware=cpu or auto");
+#endif
+  }
+  dev.gpu = cfg.hardware == "gpu" || (cfg.hardware == "auto" && have_gpu);
+  if (!dev.gpu) {
+    if (cfg.dtype != "float32")
+      throw UserError("dtype: " + cfg.dtype + " needs hardware=gpu; the CPU path computes in float32");
+    if (cfg.weight_dtype != "float32")
+      throw UserError("weight_dtype: " + cfg.weight_dtype +
+                      " needs hardware=gpu; the CPU path keeps float32 weights");
+    dev.ops = &cpu_ops();
+    dev.comm = comm::make_mpi_communicator();
+    return dev;
+  }
+#ifdef SFTDP_WITH_CUDA
+  const int device = cuda_select_device(mpi.local_rank());
+  cuda_set_bf16_gemm(cfg.dtype == "bfloat16" || cfg.weight_dtype == "bfloat16");
+  dev.ops = cuda_ops();
+  SFTDP_ASSERT(dev.ops != nullptr, "CUDA device reported present but no CUDA ops table");
+  dev.comm = comm::make_nccl_communicator();
+  log::info("hardware: gpu (CUDA device %d on %s, local rank %d)", device, mpi.host().c_str(),
+            mpi.local_rank());
+#endif
+  return dev;
+}
+
+}  // namespace sftdp::train
