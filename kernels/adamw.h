@@ -16,3 +16,18 @@ void adamw_update(float* params, float* m, float* v,                   // (N) al
 // out[0] = Σ x[i]², fixed summation order (fp64 accumulation on the CPU twin).
 void sum_squares(float* out, const float* x, size_t N);               // (1) = ; (N)
 }  // namespace sftdp::cpu
+
+#if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
+#include <cuda_runtime.h>
+
+// The CUDA twins (kernels/cuda/<op>.cu): same arguments, all pointers in device memory, plus
+// the stream they are queued on. They match the sftdp::cpu twins within the tests' tolerance.
+namespace sftdp::cuda {
+void adamw_update(float* params, float* m, float* v,                   // (N) all updated
+                  const float* grads, size_t N, size_t n_decay,        // (N)
+                  float lr, float b1, float b2, float eps, float weight_decay, int t,
+                  float grad_scale, cudaStream_t stream);
+// out[0] = Σ x[i]²: per-block fp64 partials, then one block sums them in a fixed order.
+void sum_squares(float* out, const float* x, size_t N, cudaStream_t stream);  // (1) = ; (N)
+}  // namespace sftdp::cuda
+#endif

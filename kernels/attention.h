@@ -16,3 +16,20 @@ void attention_bwd(float* dqkv, float* datt,                 // (B,T,3C) = ; (B,
                    const float* att,                         // (B,NH,T,T)
                    int B, int T, int C, int NH);
 }  // namespace sftdp::cpu
+
+#if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
+#include <cuda_runtime.h>
+
+// The CUDA twins (kernels/cuda/<op>.cu): same arguments, all pointers in device memory, plus
+// the stream they are queued on. They match the sftdp::cpu twins within the tests' tolerance.
+namespace sftdp::cuda {
+// cuBLAS(Lt) strided-batched GEMMs (always fp32) plus masked-softmax kernels.
+void attention_fwd(float* out, float* att,                   // (B,T,C) (B,NH,T,T)
+                   const float* qkv, const int32_t* seg,     // (B,T,3C) (B,T) or null
+                   int B, int T, int C, int NH, cudaStream_t stream);
+void attention_bwd(float* dqkv, float* datt,                 // (B,T,3C) = ; (B,NH,T,T) scratch
+                   const float* dout, const float* qkv,      // (B,T,C) (B,T,3C)
+                   const float* att,                         // (B,NH,T,T)
+                   int B, int T, int C, int NH, cudaStream_t stream);
+}  // namespace sftdp::cuda
+#endif

@@ -15,3 +15,18 @@ void cross_entropy_fwd_bwd(float* sums,                                  // (2) 
                            const int32_t* targets, const float* weights,  // (N) (N)
                            int N, int V);
 }  // namespace sftdp::cpu
+
+#if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
+#include <cuda_runtime.h>
+
+// The CUDA twins (kernels/cuda/<op>.cu): same arguments, all pointers in device memory, plus
+// the stream they are queued on. They match the sftdp::cpu twins within the tests' tolerance.
+namespace sftdp::cuda {
+// One block per row (online max and sum), then a fixed-order fp64 reduction: no atomics.
+void cross_entropy_fwd_bwd(float* sums,                                  // (2) +=
+                           float* dlogits,                               // (N,V) = or null
+                           const float* logits,                          // (N,V)
+                           const int32_t* targets, const float* weights,  // (N) (N)
+                           int N, int V, cudaStream_t stream);
+}  // namespace sftdp::cuda
+#endif
