@@ -1,0 +1,157 @@
+"""Shared helpers for the integration tests: tiny data files (SPEC §4), configs, sft_train runs
+(plain or under mpirun), metrics and checkpoint readers. Run under Debian's /usr/bin/python3."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+BUILD = os.environ.get("SFTDP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
+SOURCE = os.environ.get("SFTDP_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../.."))
+SFT_TRAIN = os.path.join(BUILD, "sft_train")
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1"}
+
+# A small model that trains in well under a second per step.
+TINY_MODEL = dict(model_name="gpt2-tiny", num_decoder_layers=2, num_heads=2, emb_dim=32,
+                  mlp_dim=64, vocab_size=64, max_position_embeddings=16)
+
+
+def tempdir():
+    d = tempfile.mkdtemp(prefix="sftdp_it_")
+    if not os.environ.get("SFTDP_KEEP_TMP"):
+        import atexit
+        atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def make_data(path, n, T=16, vocab=64, seed=0, masked_rows=(), unequal=True, segments=False):
+    """Rows with very unequal token counts: row r has a loss-weighted suffix whose length varies
+    from 1 to T; rows in masked_rows have no weighted token at all."""
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(0, vocab, size=(n, T), dtype=np.int32)
+    targets = rng.integers(0, vocab, size=(n, T), dtype=np.int32)
+    weights = np.zeros((n, T), dtype=np.float32)
+    for r in range(n):
+        if r in masked_rows:
+            continue
+        k = int(rng.integers(1, T + 1)) if unequal else T // 2
+        weights[r, T - k:] = 1.0
+    with h5py.File(path, "w") as f:
+        f.create_dataset("inputs", data=inputs)
+        f.create_dataset("targets", data=targets)
+        f.create_dataset("loss_weights", data=weights)
+        if segments:
+            seg = np.ones((n, T), dtype=np.int32)
+            seg[:, T // 2:] = 2
+            pos = np.concatenate([np.arange(T // 2), np.arange(T - T // 2)]).astype(np.int32)
+            f.create_dataset("segment_ids", data=seg)
+            f.create_dataset("positions", data=np.tile(pos, (n, 1)))
+        f.attrs["vocab_size"] = np.int64(vocab)
+    return path
+
+
+def yaml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return str(v)
+
+
+def write_config(path, **keys):
+    with open(path, "w") as f:
+        for k, v in keys.items():
+            f.write(f"{k}: {yaml_value(v)}\n")
+    return path
+
+
+def run_train(config, overrides=(), np_=1, check=True, timeout=300, env_extra=None):
+    """Runs sft_train (under mpirun when np_ > 1). Returns the CompletedProcess."""
+    cmd = [SFT_TRAIN, config] + [f"{k}={yaml_value(v)}" if not isinstance(k, int) else v
+                                 for k, v in (overrides.items() if isinstance(overrides, dict) else [])]
+    if not isinstance(overrides, dict):
+        cmd += list(overrides)
+    if np_ > 1:
+        cmd = ["mpirun", "-np", str(np_), "--oversubscribe"] + cmd
+    env = dict(os.environ, **MPI_ENV, **(env_extra or {}))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and p.returncode != 0:
+        sys.stderr.write(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}\n")
+        raise SystemExit(1)
+    return p
+
+
+def read_metrics(run_dir):
+    train, evals = [], []
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            j = json.loads(line)
+            (evals if "eval_loss" in j else train).append(j)
+    return train, evals
+
+
+def read_params(path, group="params"):
+    with h5py.File(path, "r") as f:
+        return {k: f[group][k][...] for k in f[group].keys()}
+
+
+def max_rel(a, b):
+    """max |a-b| / max |b| over all tensors of two param dicts."""
+    num = max(float(np.max(np.abs(a[k].astype(np.float64) - b[k]))) for k in b)
+    den = max(float(np.max(np.abs(b[k]))) for k in b)
+    return num / den
+
+
+class Checks:
+    """Collects failures; exit status 1 if any (the verdict goes through the exit status)."""
+
+    def __init__(self, name):
+        self.name, self.failed, self.passed = name, 0, 0
+
+    def check(self, ok, what):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            print(f"FAIL: {what}", flush=True)
+
+    def close(self):
+        print(f"{self.name}: {self.passed} passed, {self.failed} failed", flush=True)
+        sys.exit(1 if self.failed else 0)
+
+
+def gpt2_shapes(L, C, F, V, maxT):
+    """SPEC §5 names and shapes."""
+    s = {"wte": (V, C), "wpe": (maxT, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
+    for l in range(L):
+        h = f"h.{l}."
+        s.update({h + "ln_1.weight": (C,), h + "ln_1.bias": (C,), h + "attn.qkv.weight": (3 * C, C),
+                  h + "attn.qkv.bias": (3 * C,), h + "attn.proj.weight": (C, C),
+                  h + "attn.proj.bias": (C,), h + "ln_2.weight": (C,), h + "ln_2.bias": (C,),
+                  h + "mlp.fc.weight": (F, C), h + "mlp.fc.bias": (F,), h + "mlp.proj.weight": (C, F),
+                  h + "mlp.proj.bias": (C,)})
+    return s
+
+
+def write_init_params(path, seed=0, model=None):
+    """Random initial weights (normal 0.02, LayerNorm weights near 1) for load_parameters_path."""
+    m = dict(TINY_MODEL, **(model or {}))
+    rng = np.random.default_rng(seed)
+    shapes = gpt2_shapes(m["num_decoder_layers"], m["emb_dim"], m["mlp_dim"], m["vocab_size"],
+                         m["max_position_embeddings"])
+    with h5py.File(path, "w") as f:
+        g = f.create_group("params")
+        for k, shp in shapes.items():
+            x = rng.normal(0.0, 0.02, size=shp)
+            if k.endswith("ln_1.weight") or k.endswith("ln_2.weight") or k == "ln_f.weight":
+                x += 1.0
+            g.create_dataset(k, data=x.astype(np.float32))
+        f.attrs["L"] = m["num_decoder_layers"]
+        f.attrs["NH"] = m["num_heads"]
+    return path
