@@ -55,9 +55,13 @@ class Sampler {
   std::vector<int64_t> step_rows(int64_t epoch, int64_t step_in_epoch) const;
 
  private:
+  // The epoch's permutation of all N rows (splitmix64 + Fisher-Yates), cached for the last epoch.
+  const std::vector<int64_t>& permutation(int64_t epoch) const;
   int64_t n_, g_;
   bool shuffle_;
   uint64_t seed_;
+  mutable int64_t perm_epoch_ = -1;
+  mutable std::vector<int64_t> perm_;
 };
 
 // The rows that `rank` processes at micro-step `micro` of a step, given the step's G rows.

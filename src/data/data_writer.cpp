@@ -1,0 +1,79 @@
+// src/data/data_writer.cpp — RowSet → SPEC §4 HDF5 file via a temporary name and rename(), so a
+// reader never sees a half-written file and a failed run leaves nothing at `path`.
+#include "data/data_writer.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "data/h5_util.h"
+#include "sftdp/check.h"
+
+namespace sftdp::data {
+namespace {
+
+void write_column(hid_t file, const char* name, hid_t file_type, hid_t mem_type, int64_t rows,
+                  int T, const void* data) {
+  const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(T)};
+  H5Handle space(CHECK_H5(H5Screate_simple(2, dims, nullptr)), H5Sclose);
+  H5Handle dataset(CHECK_H5(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT,
+                                       H5P_DEFAULT, H5P_DEFAULT)),
+                   H5Dclose);
+  CHECK_H5(H5Dwrite(dataset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+void write_file(const std::string& path, const RowSet& rows, int vocab_size) {
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) throw UserError(path + ": cannot create (is the directory writable?)");
+  const hid_t f = file.get();
+  write_column(f, "/inputs", H5T_STD_I32LE, H5T_NATIVE_INT32, rows.rows, rows.T,
+               rows.inputs.data());
+  write_column(f, "/targets", H5T_STD_I32LE, H5T_NATIVE_INT32, rows.rows, rows.T,
+               rows.targets.data());
+  write_column(f, "/loss_weights", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, rows.rows, rows.T,
+               rows.loss_weights.data());
+  if (rows.packed) {
+    write_column(f, "/segment_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, rows.rows, rows.T,
+                 rows.segment_ids.data());
+    write_column(f, "/positions", H5T_STD_I32LE, H5T_NATIVE_INT32, rows.rows, rows.T,
+                 rows.positions.data());
+  }
+  H5Handle scalar(CHECK_H5(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle attr(CHECK_H5(H5Acreate2(f, "vocab_size", H5T_STD_I64LE, scalar.get(), H5P_DEFAULT,
+                                    H5P_DEFAULT)),
+                H5Aclose);
+  const int64_t vocab = vocab_size;
+  CHECK_H5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &vocab));
+}
+
+}  // namespace
+
+void write_data_file(const std::string& path, const RowSet& rows, int vocab_size) {
+  namespace fs = std::filesystem;
+  const size_t n = static_cast<size_t>(rows.rows) * rows.T;
+  SFTDP_ASSERT(rows.inputs.size() == n && rows.targets.size() == n &&
+                   rows.loss_weights.size() == n &&
+                   (!rows.packed || (rows.segment_ids.size() == n && rows.positions.size() == n)),
+               "RowSet arrays must hold rows * T values");
+  h5_quiet();
+  std::error_code ec;
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::exists(parent, ec) && !fs::create_directories(parent, ec))
+    throw UserError(path + ": cannot create directory " + parent.string() + ": " + ec.message());
+
+  const std::string temp = path + ".partial-" + std::to_string(getpid());
+  try {
+    write_file(temp, rows, vocab_size);
+  } catch (...) {
+    fs::remove(temp, ec);
+    throw;
+  }
+  fs::rename(temp, path, ec);
+  if (ec) {
+    const std::string reason = ec.message();
+    fs::remove(temp, ec);
+    throw UserError(path + ": cannot rename the finished file into place: " + reason);
+  }
+}
+
+}  // namespace sftdp::data

@@ -1,0 +1,15 @@
+// src/data/data_writer.h — writes RowSets as SPEC §4 files, atomically: the data goes to a
+// temporary name in the same directory, which is renamed to `path` only once complete.
+#pragma once
+#include <string>
+
+#include "data/prepare.h"
+
+namespace sftdp::data {
+
+// [in] path, rows ([rows, T] each; /segment_ids and /positions only when rows.packed),
+// vocab_size (the root attribute). Creates missing parent directories. An unwritable location is
+// a UserError; HDF5 failing afterwards is an internal error.
+void write_data_file(const std::string& path, const RowSet& rows, int vocab_size);
+
+}  // namespace sftdp::data
