@@ -110,17 +110,24 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     return 0;
   }
 
-  std::optional<MetricsWriter> metrics;
-  if (comm.rank() == 0) metrics.emplace(paths.metrics_path, state.step);
+  // Rank 0's metrics file is opened at the first line, after step 1 has read and checked its rows.
+  std::optional<MetricsWriter> metrics_file;
+  const int64_t first_step = state.step;
+  auto metrics = [&]() -> MetricsWriter* {
+    if (comm.rank() != 0) return nullptr;
+    if (!metrics_file) metrics_file.emplace(paths.metrics_path, first_step);
+    return &*metrics_file;
+  };
   install_stop_handlers();
 
   auto run_eval = [&](int64_t step) {
     if (!eval_data) return;
     const auto r = evaluate(model, *eval_data, comm, plan.micro_batch, cfg.eval_steps);
     log::info("step %lld | eval_loss %.6f over %.0f tokens", (long long)step, r.loss, r.weight_sum);
-    if (metrics) metrics->eval(step, r.loss, r.weight_sum);
+    if (auto* m = metrics()) m->eval(step, r.loss, r.weight_sum);
   };
 
+  if (state.step == 0) run_eval(0);  // the baseline the run is judged against
   data::Batch batch;
   const double tokens_per_step = double(plan.global_batch) * T;
   double time_sum = 0;
@@ -154,13 +161,13 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     if (++state.step_in_epoch == steps_per_epoch) state.epoch += 1, state.step_in_epoch = 0;
     if (state.step > 1 || total_steps == 1) time_sum += dt, ++timed_steps;  // step 1 warms up
 
-    if (metrics) {
+    if (auto* writer = metrics()) {
       StepMetrics m;
       m.step = state.step;
       m.loss = stats.loss, m.lr = lr, m.grad_norm = stats.grad_norm, m.weight_sum = stats.weight_sum;
       m.tokens_per_s = tokens_per_step / dt, m.step_time_s = dt, m.epoch = epoch_of_step;
       m.skipped = stats.skipped;
-      metrics->step(m);
+      writer->step(m);
     }
     if (stats.skipped)
       log::info("step %lld/%lld | skipped: no token with loss weight > 0 in the global batch",
