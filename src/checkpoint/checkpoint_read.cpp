@@ -46,7 +46,8 @@ class CheckpointReader {
     }
     if (S_ISDIR(st.st_mode)) fail("is a directory, not a checkpoint file");
     if (H5Fis_hdf5(path.c_str()) <= 0) fail("not a readable HDF5 checkpoint");
-    file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    const H5Handle fapl = detail::checkpoint_file_access();
+    file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
     if (!file_.valid()) fail("not a readable HDF5 checkpoint");
   }
 

@@ -39,7 +39,8 @@ class AtomicH5Writer {
     // writing the same step cannot collide.
     temp_path_ = (fs::path(dir_) / ("." + final_fs.filename().string() + ".tmp." +
                                     std::to_string(getpid()))).string();
-    file_ = H5Handle(ok(H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+    const H5Handle fapl = detail::checkpoint_file_access();
+    file_ = H5Handle(ok(H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
                         "H5Fcreate", __LINE__),
                      H5Fclose);
   }

@@ -70,6 +70,17 @@ class QuietH5Errors {
   void* data_ = nullptr;
 };
 
+// File access properties for checkpoint files: HDF5 file locking off. Checkpoints are written
+// under a private temporary name and only read afterwards, so locks protect nothing, and on
+// parallel file systems without flock (Lustre, some NFS) they make every open fail.
+inline H5Handle checkpoint_file_access() {
+  H5Handle fapl(CHECK_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+#if H5_VERSION_GE(1, 10, 7)
+  CHECK_H5(H5Pset_file_locking(fapl.get(), false, true));
+#endif
+  return fapl;
+}
+
 // "[256,64]": shapes in error messages.
 inline std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
