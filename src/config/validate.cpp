@@ -26,10 +26,11 @@ void require_unset_or_positive(const char* key, int64_t value, const char* unset
                   std::to_string(value));
 }
 
-void require_in_range(const char* key, double value, double lo, double hi, bool hi_open) {
-  if (value < lo || value > hi || (hi_open && value == hi))
-    fail(key, "must be in [" + format_double(lo) + ", " + format_double(hi) +
-                  (hi_open ? ")" : "]") + ", got " + format_double(value));
+// value in [0, 1], or in [0, 1) when one_allowed is false.
+void require_fraction(const char* key, double value, bool one_allowed) {
+  if (value < 0 || value > 1 || (!one_allowed && value == 1))
+    fail(key, std::string("must be in [0, 1") + (one_allowed ? "]" : ")") + ", got " +
+                  format_double(value));
 }
 
 void require_one_of(const char* key, const std::string& value, const char* first,
@@ -92,10 +93,10 @@ void validate_model(const Config& cfg) {
 void validate_optimiser(const Config& cfg) {
   if (cfg.learning_rate < 0)
     fail("learning_rate", "must be >= 0, got " + format_double(cfg.learning_rate));
-  require_in_range("warmup_steps_fraction", cfg.warmup_steps_fraction, 0, 1, false);
-  require_in_range("learning_rate_final_fraction", cfg.learning_rate_final_fraction, 0, 1, false);
-  require_in_range("adam_b1", cfg.adam_b1, 0, 1, true);
-  require_in_range("adam_b2", cfg.adam_b2, 0, 1, true);
+  require_fraction("warmup_steps_fraction", cfg.warmup_steps_fraction, true);
+  require_fraction("learning_rate_final_fraction", cfg.learning_rate_final_fraction, true);
+  require_fraction("adam_b1", cfg.adam_b1, false);
+  require_fraction("adam_b2", cfg.adam_b2, false);
   if (!(cfg.adam_eps > 0)) fail("adam_eps", "must be > 0, got " + format_double(cfg.adam_eps));
   if (cfg.adam_weight_decay < 0)
     fail("adam_weight_decay", "must be >= 0, got " + format_double(cfg.adam_weight_decay));

@@ -1,0 +1,141 @@
+// tests/config/test_config_validate.cpp — impossible values are errors (SPEC §3: "unknown keys,
+// wrong types and impossible values are errors, not warnings"). Each case sets one bad value on
+// an otherwise valid config and expects UserError with the exact "<key>: <reason>" text; the
+// boundary values that are legal are checked to load.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sftdp/check.h"
+#include "sftdp/config.h"
+
+namespace sftdp::config {
+namespace {
+
+const std::string kMinimal = "train_files: train.h5\nglobal_batch_size: 8\nmax_target_length: 64\n";
+
+struct BadValue {
+  const char* name;                    // test name suffix
+  std::vector<std::string> overrides;  // applied on kMinimal
+  std::string message;                 // the whole UserError text
+};
+
+void PrintTo(const BadValue& c, std::ostream* os) { *os << c.name; }
+
+class ConfigRejects : public ::testing::TestWithParam<BadValue> {};
+
+TEST_P(ConfigRejects, WithAMessageThatNamesTheKey) {
+  const BadValue& c = GetParam();
+  try {
+    from_yaml_text(kMinimal, c.overrides);
+    FAIL() << "expected UserError: " << c.message;
+  } catch (const UserError& e) {
+    const std::string key = c.message.substr(0, c.message.find(':') + 1);
+    EXPECT_EQ(std::string(e.what()).rfind(key, 0), 0u) << e.what();
+    EXPECT_EQ(e.what(), c.message);
+  }
+}
+
+const std::string kPresets = "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m";
+
+INSTANTIATE_TEST_SUITE_P(
+    ImpossibleValues, ConfigRejects,
+    ::testing::Values(
+        // Run
+        BadValue{"EmptyRunName", {"run_name=''"}, "run_name: must not be empty"},
+        BadValue{"RunNameWithSlash", {"run_name=a/b"},
+                 "run_name: must be a plain directory name, got 'a/b'"},
+        BadValue{"EmptyOutputDir", {"base_output_directory=''"},
+                 "base_output_directory: must not be empty"},
+        BadValue{"ZeroSteps", {"steps=0"}, "steps: must be >= 1 (or null: num_epochs decides), got 0"},
+        BadValue{"NegativeEpochs", {"num_epochs=-2"},
+                 "num_epochs: must be >= 1 (or null: 1 epoch, or steps decides), got -2"},
+        BadValue{"StepsAndEpochs", {"steps=10", "num_epochs=1"},
+                 "steps: give steps or num_epochs, not both (set the other to null)"},
+        BadValue{"UnknownHardware", {"hardware=tpu"}, "hardware: expected cpu, gpu or auto, got 'tpu'"},
+        BadValue{"NegativeSeed", {"seed=-1"}, "seed: must be >= 0, got -1"},
+        // Batch
+        BadValue{"BothBatchSizes", {"per_device_batch_size=2"},
+                 "global_batch_size: give global_batch_size or per_device_batch_size, not both"},
+        BadValue{"NoBatchSize", {"global_batch_size=null"},
+                 "global_batch_size: not set (give global_batch_size or per_device_batch_size)"},
+        BadValue{"ZeroGlobalBatch", {"global_batch_size=0"}, "global_batch_size: must be >= 1, got 0"},
+        BadValue{"ZeroPerDeviceBatch", {"global_batch_size=null", "per_device_batch_size=0"},
+                 "per_device_batch_size: must be >= 1, got 0"},
+        BadValue{"ZeroAccumulation", {"gradient_accumulation_steps=0"},
+                 "gradient_accumulation_steps: must be >= 1, got 0"},
+        BadValue{"ZeroTargetLength", {"max_target_length=0"}, "max_target_length: must be >= 1, got 0"},
+        BadValue{"TargetLengthBeyondPositions", {"model_name=gpt2-124m", "max_target_length=2048"},
+                 "max_target_length: 2048 exceeds the model's position table "
+                 "(max_position_embeddings=1024)"},
+        // Data
+        BadValue{"EmptyTrainFiles", {"train_files=[]"},
+                 "train_files: not set (give a data file, e.g. train_files=data/train.h5, or a list)"},
+        BadValue{"NullTrainFiles", {"train_files=null"},
+                 "train_files: not set (give a data file, e.g. train_files=data/train.h5, or a list)"},
+        BadValue{"EmptyTrainPath", {"train_files=[a.h5, '']"}, "train_files: contains an empty path"},
+        BadValue{"EmptyEvalPath", {"eval_files=''"}, "eval_files: contains an empty path"},
+        BadValue{"NegativeShuffleSeed", {"data_shuffle_seed=-3"}, "data_shuffle_seed: must be >= 0, got -3"},
+        BadValue{"NegativeEvalInterval", {"eval_interval=-1"}, "eval_interval: must be >= 0, got -1"},
+        BadValue{"ZeroEvalSteps", {"eval_steps=0"},
+                 "eval_steps: must be >= 1 (or null: the whole eval set), got 0"},
+        // Model
+        BadValue{"UnknownPreset", {"model_name=gpt3"},
+                 "model_name: unknown preset 'gpt3' (known: " + kPresets + ")"},
+        BadValue{"HeadsNotDividingChannels", {"num_heads=3"}, "num_heads: 3 does not divide emb_dim (64)"},
+        BadValue{"ZeroEmbDim", {"emb_dim=0"}, "emb_dim: must be >= 1, got 0"},
+        BadValue{"NegativeVocab", {"vocab_size=-7"}, "vocab_size: must be >= 1, got -7"},
+        BadValue{"NoPresetNoDims", {"model_name=''"},
+                 "num_decoder_layers: required when model_name is empty (or pick a preset: " +
+                     kPresets + ")"},
+        BadValue{"UnknownWeightDtype", {"weight_dtype=fp16"},
+                 "weight_dtype: expected float32 or bfloat16, got 'fp16'"},
+        BadValue{"UnknownDtype", {"dtype=float16"}, "dtype: expected float32 or bfloat16, got 'float16'"},
+        // Optimiser
+        BadValue{"NegativeLearningRate", {"learning_rate=-0.001"},
+                 "learning_rate: must be >= 0, got -0.001"},
+        BadValue{"WarmupAboveOne", {"warmup_steps_fraction=1.5"},
+                 "warmup_steps_fraction: must be in [0, 1], got 1.5"},
+        BadValue{"NegativeFinalFraction", {"learning_rate_final_fraction=-0.1"},
+                 "learning_rate_final_fraction: must be in [0, 1], got -0.1"},
+        BadValue{"Beta1One", {"adam_b1=1"}, "adam_b1: must be in [0, 1), got 1.0"},
+        BadValue{"Beta2Negative", {"adam_b2=-0.5"}, "adam_b2: must be in [0, 1), got -0.5"},
+        BadValue{"ZeroEps", {"adam_eps=0"}, "adam_eps: must be > 0, got 0.0"},
+        BadValue{"NegativeWeightDecay", {"adam_weight_decay=-1"},
+                 "adam_weight_decay: must be >= 0, got -1.0"},
+        BadValue{"NegativeClipping", {"gradient_clipping_threshold=-2"},
+                 "gradient_clipping_threshold: must be >= 0 (0 = off), got -2.0"},
+        // Checkpoints and logging
+        BadValue{"NegativeCheckpointPeriod", {"checkpoint_period=-5"},
+                 "checkpoint_period: must be >= 0, got -5"},
+        BadValue{"NegativeKeep", {"keep_checkpoints=-1"}, "keep_checkpoints: must be >= 0, got -1"},
+        BadValue{"ZeroLogPeriod", {"log_period=0"}, "log_period: must be >= 1, got 0"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ConfigAccepts, TheBoundaryValues) {
+  const Config cfg = from_yaml_text(
+      kMinimal, {"learning_rate=0", "adam_b1=0", "adam_b2=0.999999", "warmup_steps_fraction=1",
+                 "learning_rate_final_fraction=0", "gradient_clipping_threshold=0",
+                 "adam_weight_decay=0", "eval_interval=0", "keep_checkpoints=0",
+                 "checkpoint_period=0", "max_target_length=256", "num_epochs=1", "log_period=1",
+                 "hardware=gpu", "dtype=bfloat16", "weight_dtype=bfloat16"});
+  EXPECT_EQ(cfg.max_target_length, 256) << "gpt2-tiny's position table holds 256 rows";
+  EXPECT_EQ(cfg.num_epochs, 1);
+  EXPECT_EQ(cfg.dtype, "bfloat16") << "bf16 on a CPU is refused by the trainer, not here";
+}
+
+TEST(ConfigAccepts, MinusOneAsTheHeadersUnsetMarker) {
+  const Config cfg = from_yaml_text(kMinimal, {"steps=-1", "num_epochs=3"});
+  EXPECT_EQ(cfg.steps, -1);
+  EXPECT_EQ(cfg.num_epochs, 3);
+}
+
+TEST(ConfigAccepts, PerDeviceBatchInsteadOfGlobal) {
+  const Config cfg = from_yaml_text(kMinimal, {"global_batch_size=null", "per_device_batch_size=4"});
+  EXPECT_EQ(cfg.global_batch_size, -1);
+  EXPECT_EQ(cfg.per_device_batch_size, 4);
+}
+
+}  // namespace
+}  // namespace sftdp::config
