@@ -1,0 +1,52 @@
+// kernels/cpu/encoder.cpp — token + position embedding, CPU twin (see kernels/encoder.h).
+// Legend: B batch, T seq, C channels, V vocab, maxT position-table rows.
+// Backward accumulates into dwte/dwpe (+=) channel-block by channel-block, each block visiting
+// the tokens in order, so every sum has one fixed order whatever the thread count.
+#include "kernels/encoder.h"
+
+#include <algorithm>
+
+namespace sftdp::cpu {
+
+namespace {
+// Position of token (b, t): the explicit position id, or t itself.
+inline int position_of(const int32_t* pos, int bt, int t) { return pos ? pos[bt] : t; }
+constexpr int kChannelBlock = 64;  // channels one thread owns in the backward pass
+}  // namespace
+
+void encoder_fwd(float* out,                              // (B,T,C)
+                 const int32_t* inp, const int32_t* pos,  // (B,T) (B,T) or null
+                 const float* wte, const float* wpe,      // (V,C) (maxT,C)
+                 int B, int T, int C) {
+  const int BT = B * T;
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < BT; ++bt) {
+    float* out_bt = out + static_cast<size_t>(bt) * C;
+    const float* wte_ix = wte + static_cast<size_t>(inp[bt]) * C;
+    const float* wpe_p = wpe + static_cast<size_t>(position_of(pos, bt, bt % T)) * C;
+    for (int c = 0; c < C; ++c) out_bt[c] = wte_ix[c] + wpe_p[c];
+  }
+}
+
+void encoder_bwd(float* dwte, float* dwpe,                // (V,C) += ; (maxT,C) +=
+                 const float* dout,                       // (B,T,C)
+                 const int32_t* inp, const int32_t* pos,  // (B,T) (B,T) or null
+                 int B, int T, int C) {
+  const int BT = B * T;
+  const int n_blocks = (C + kChannelBlock - 1) / kChannelBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < n_blocks; ++blk) {
+    const int c0 = blk * kChannelBlock, c1 = std::min(C, c0 + kChannelBlock);
+    for (int bt = 0; bt < BT; ++bt) {  // tokens in order: a repeated token id sums in order
+      const float* dout_bt = dout + static_cast<size_t>(bt) * C;
+      float* dwte_ix = dwte + static_cast<size_t>(inp[bt]) * C;
+      float* dwpe_p = dwpe + static_cast<size_t>(position_of(pos, bt, bt % T)) * C;
+      for (int c = c0; c < c1; ++c) {
+        dwte_ix[c] += dout_bt[c];
+        dwpe_p[c] += dout_bt[c];
+      }
+    }
+  }
+}
+
+}  // namespace sftdp::cpu

@@ -1,0 +1,80 @@
+// kernels/cpu/ops.cpp — the CPU device table: host memory and the sftdp::cpu kernel twins.
+// Memory from alloc is 64-byte aligned and zero-filled; copies are memcpy; synchronize is a
+// no-op because every CPU kernel has finished when it returns. Without CUDA this file also
+// defines cuda_ops() (nullptr) and cuda_device_available() (false); with CUDA, kernels/cuda/ops.cu
+// defines them.
+#include "kernels/ops.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+#include "sftdp/check.h"
+
+namespace sftdp {
+
+namespace {
+
+constexpr size_t kAlignment = 64;  // one cache line; also the widest vector register
+
+void* host_alloc(size_t bytes) {
+  // aligned_alloc wants a size that is a positive multiple of the alignment
+  const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p)
+    die_internal("libc", "aligned_alloc", "out of host memory for " + std::to_string(bytes) + " bytes",
+                 __FILE__, __LINE__);
+  std::memset(p, 0, rounded);
+  return p;
+}
+void host_free(void* p) { std::free(p); }
+void host_zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+void host_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void host_synchronize() {}
+
+}  // namespace
+
+const Ops& cpu_ops() {
+  static const Ops ops{
+      .name = "cpu",
+      .alloc = host_alloc,
+      .free = host_free,
+      .zero = host_zero,
+      .to_device = host_copy,
+      .to_host = host_copy,
+      .copy = host_copy,
+      .synchronize = host_synchronize,
+      .encoder_fwd = cpu::encoder_fwd,
+      .encoder_bwd = cpu::encoder_bwd,
+      .layernorm_fwd = cpu::layernorm_fwd,
+      .layernorm_bwd = cpu::layernorm_bwd,
+      .matmul_fwd = cpu::matmul_fwd,
+      .matmul_bwd = cpu::matmul_bwd,
+      .attention_fwd = cpu::attention_fwd,
+      .attention_bwd = cpu::attention_bwd,
+      .gelu_fwd = cpu::gelu_fwd,
+      .gelu_bwd = cpu::gelu_bwd,
+      .residual_fwd = cpu::residual_fwd,
+      .cross_entropy_fwd_bwd = cpu::cross_entropy_fwd_bwd,
+      .adamw_update = cpu::adamw_update,
+      .sum_squares = cpu::sum_squares,
+  };
+  return ops;
+}
+
+#ifndef SFTDP_WITH_CUDA
+const Ops* cuda_ops() { return nullptr; }
+bool cuda_device_available() { return false; }
+#endif
+
+}  // namespace sftdp
