@@ -1,0 +1,112 @@
+// tests/data/test_sft_prepare.cpp — the sft_prepare binary end to end: a good JSONL file gives
+// exit 0, a summary and a file Dataset reads; bad input gives exit 2, one `error:` line naming
+// file and line, and no output file (nor a temporary one) left behind.
+#include "common/test_util.h"
+#include "data/tokenizer.h"
+#include "sftdp/data.h"
+
+namespace {
+
+using sftdp::test::run_command;
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "in: " << (haystack)
+
+class SftPrepare : public ::testing::Test {
+ protected:
+  sftdp::test::TempDir dir;
+  std::string jsonl = dir / "train.jsonl", h5 = dir / "out/train.h5";
+
+  sftdp::test::CommandResult prepare(const std::string& extra) {
+    return run_command(sftdp::test::binary("sft_prepare") + " --input " + jsonl + " --output " +
+                       h5 + " " + extra);
+  }
+};
+
+TEST_F(SftPrepare, GoodFileExitsZeroAndIsReadableByDataset) {
+  sftdp::test::write_file(jsonl,
+                          "{\"prompt\": \"12+30=\", \"completion\": \"42\"}\n"
+                          "{\"prompt\": \"rev:abc=\", \"completion\": \"cba\"}\n"
+                          "{\"prompt\": \"this prompt is far too long for T=16\", "
+                          "\"completion\": \"x\"}\n");
+  const auto r = prepare("--max-length 16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "3 examples, 2 rows of T=16");
+  EXPECT_CONTAINS(r.output, "dropped (longer than 17 tokens): 1, truncated: 0, completion tokens: 7");
+
+  sftdp::data::Dataset ds({h5}, 16, sftdp::data::tok::kVocabSize, 16);
+  ASSERT_EQ(ds.rows(), 2);
+  sftdp::data::Batch batch;
+  ds.read_rows({1}, batch);
+  EXPECT_EQ(sftdp::data::tok::render(batch.inputs),
+            "<|bos|>rev:abc=cba<|pad|><|pad|><|pad|><|pad|>");
+  EXPECT_EQ(sftdp::data::tok::render(batch.targets),
+            "rev:abc=cba<|eos|><|pad|><|pad|><|pad|><|pad|>");
+  // targets r e v : a b c = are the prompt (0); c b a <|eos|> are the completion (1).
+  const std::vector<float> weights = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0};
+  EXPECT_EQ(batch.loss_weights, weights);
+  EXPECT_FALSE(batch.has_segments());
+  EXPECT_EQ(sftdp::test::list_files(dir / "out"), std::vector<std::string>{h5});
+}
+
+TEST_F(SftPrepare, PackAndTruncateOptions) {
+  sftdp::test::write_file(jsonl,
+                          "{\"prompt\": \"a\", \"completion\": \"b\"}\n"
+                          "{\"prompt\": \"c\", \"completion\": \"d\"}\n"
+                          "{\"prompt\": \"0123456789\", \"completion\": \"xyz\"}\n");
+  const auto r = prepare("--max-length 8 --pack --overflow truncate");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "3 examples, 2 rows of T=8 (packed)");
+  EXPECT_CONTAINS(r.output, "truncated: 1");
+  sftdp::data::Dataset ds({h5}, 8, sftdp::data::tok::kVocabSize, 8);
+  sftdp::data::Batch batch;
+  ds.read_rows({0}, batch);
+  ASSERT_TRUE(batch.has_segments());
+  EXPECT_EQ(batch.segment_ids, (std::vector<int32_t>{1, 1, 1, 2, 2, 2, 0, 0}));
+  EXPECT_EQ(batch.positions, (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 0}));
+}
+
+TEST_F(SftPrepare, BadJsonLineExitsTwoNamingTheLineAndWritesNothing) {
+  sftdp::test::write_file(jsonl,
+                          "{\"prompt\": \"a\", \"completion\": \"b\"}\n"
+                          "{\"prompt\": \"c\", \"completion\": \"d\"}\n"
+                          "{\"prompt\": \"e\", \"completion\": \n");
+  const auto r = prepare("--max-length 16");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "error: " + jsonl + ":3: invalid JSON");
+  EXPECT_FALSE(sftdp::test::file_exists(h5));
+  EXPECT_TRUE(sftdp::test::list_files(dir / "out").empty());
+}
+
+TEST_F(SftPrepare, MissingFieldExitsTwoWithLineNumber) {
+  sftdp::test::write_file(jsonl, "{\"prompt\": \"a\", \"answer\": \"b\"}\n");
+  const auto r = prepare("--max-length 16");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "error: " + jsonl + ":1: missing \"completion\"");
+  EXPECT_FALSE(sftdp::test::file_exists(h5));
+}
+
+TEST_F(SftPrepare, UsageErrorsExitTwo) {
+  sftdp::test::write_file(jsonl, "{\"prompt\": \"a\", \"completion\": \"b\"}\n");
+  for (const char* extra : {"", "--max-length 0", "--max-length 8 --overflow keep",
+                            "--max-length 8 --shuffle", "--max-length"}) {
+    const auto r = prepare(extra);
+    EXPECT_EQ(r.exit_code, 2) << extra << ": " << r.output;
+    EXPECT_CONTAINS(r.output, "sft_prepare: error: ");
+  }
+  const auto missing = run_command(sftdp::test::binary("sft_prepare") + " --input " +
+                                   (dir / "none.jsonl") + " --output " + h5 + " --max-length 8");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_CONTAINS(missing.output, "none.jsonl: not found");
+  EXPECT_FALSE(sftdp::test::file_exists(h5));
+}
+
+TEST_F(SftPrepare, HelpDocumentsFormatsAndTokenTable) {
+  const auto r = run_command(sftdp::test::binary("sft_prepare") + " --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* text : {"--max-length", "--overflow", "--pack", "\"messages\"", "<|bos|>",
+                           "<|assistant|>", "<|end|>", "vocab_size = 264"})
+    EXPECT_CONTAINS(r.output, text);
+}
+
+}  // namespace
