@@ -81,8 +81,10 @@ TEST(ConfigYaml, WritesEveryKeyOnItsOwnLineAndUnsetAsNull) {
   const Config cfg = from_yaml_text("train_files: t.h5\nglobal_batch_size: 8\n"
                                     "max_target_length: 64\n", {});
   const std::string yaml = cfg.to_yaml();
-  for (const auto& key : all_keys())
-    EXPECT_NE(yaml.find("\n" + std::string(key.name) + ": "), std::string::npos) << key.name;
+  for (const auto& key : all_keys()) {
+    const std::string line_start = std::string(1, '\n').append(key.name).append(": ");
+    EXPECT_NE(yaml.find(line_start), std::string::npos) << key.name;
+  }
   EXPECT_NE(yaml.find("\nsteps: null\n"), std::string::npos);
   EXPECT_NE(yaml.find("\ntrain_files: [t.h5]\n"), std::string::npos) << "lists are flow lists";
   EXPECT_NE(yaml.find("\nemb_dim: null  # resolved: 64\n"), std::string::npos)
