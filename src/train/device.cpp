@@ -8,6 +8,7 @@ namespace sftdp::train {
 
 Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
   Device dev;
+  (void)mpi;  // used only by GPU builds
   const bool have_gpu = cuda_device_available();
   if (cfg.hardware == "gpu" && !have_gpu) {
 #ifdef SFTDP_WITH_CUDA
