@@ -135,7 +135,8 @@ class CheckpointReader {
     std::string prefix;
     for (size_t start = 0; start <= group.size();) {
       const size_t slash = std::min(group.find('/', start), group.size());
-      prefix += (prefix.empty() ? "" : "/") + group.substr(start, slash - start);
+      if (!prefix.empty()) prefix += '/';
+      prefix.append(group, start, slash - start);
       const htri_t exists = H5Lexists(file_.get(), prefix.c_str(), H5P_DEFAULT);
       if (exists < 0) fail("not a readable HDF5 checkpoint (looking up /" + prefix + ")");
       if (exists == 0) fail("/" + prefix + " is missing (not an sft-dp checkpoint?)");

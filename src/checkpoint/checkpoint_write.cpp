@@ -37,8 +37,11 @@ class AtomicH5Writer {
     if (ec) fail("POSIX", "create_directories", dir_ + ": " + ec.message(), __LINE__);
     // Hidden and suffixed: newest() never mistakes it for a checkpoint, and two processes
     // writing the same step cannot collide.
-    temp_path_ = (fs::path(dir_) / ("." + final_fs.filename().string() + ".tmp." +
-                                    std::to_string(getpid()))).string();
+    std::string temp_name = ".";
+    temp_name += final_fs.filename().string();
+    temp_name += ".tmp.";
+    temp_name += std::to_string(getpid());
+    temp_path_ = (fs::path(dir_) / temp_name).string();
     const H5Handle fapl = detail::checkpoint_file_access();
     file_ = H5Handle(ok(H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
                         "H5Fcreate", __LINE__),

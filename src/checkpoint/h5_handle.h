@@ -84,7 +84,10 @@ inline H5Handle checkpoint_file_access() {
 // "[256,64]": shapes in error messages.
 inline std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(shape[i]);
+  }
   return s + "]";
 }
 
