@@ -26,6 +26,18 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   CHECK_MPI(MPI_Comm_rank(local, &local_rank_));
   CHECK_MPI(MPI_Comm_size(local, &local_size_));
   CHECK_MPI(MPI_Comm_free(&local));
+  auto env_int = [](const char* name) -> int {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return -1;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    return (*end == '\0' && x >= 0) ? static_cast<int>(x) : -1;
+  };
+  if (const int ompi = env_int("OMPI_COMM_WORLD_LOCAL_RANK"); ompi >= 0) {
+    local_rank_ = ompi;
+  } else if (const int slurm = env_int("SLURM_LOCALID"); slurm >= 0 && env_int("SLURM_PROCID") == rank_) {
+    local_rank_ = slurm;
+  }
   char name[MPI_MAX_PROCESSOR_NAME];
   int len = 0;
   CHECK_MPI(MPI_Get_processor_name(name, &len));
