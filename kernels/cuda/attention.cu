@@ -1,0 +1,173 @@
+// kernels/cuda/attention.cu — causal multi-head attention with the segment mask on the GPU
+// (kernels/attention.h). B batch, T seq, C channels, NH heads, HS = C/NH. q, k, v are split into
+// (B,NH,T,HS) scratch tensors; scores and products are cuBLASLt strided-batched fp32 GEMMs (one
+// batch entry per (b,h)); the masked softmax and its backward are warp-per-row kernels. Masked
+// probabilities are exactly 0. Accumulation: dqkv = (overwritten); datt is scratch (dP, then dS).
+#include <cmath>
+#include <string>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/gemm.cuh"
+
+namespace sftdp::cuda {
+namespace {
+
+constexpr int kBlock = 256;  // elementwise kernels
+constexpr int kRowBlock = 256;  // softmax kernels: 8 warps = 8 rows per block
+
+// dst[b,h,t,d] = src[(b·T + t)·row_stride + h·HS + d]: splits heads out of a (B,T,·) tensor.
+__global__ void split_heads_kernel(float* dst, const float* src, int row_stride, int B, int T, int NH, int HS) {
+  const size_t total = static_cast<size_t>(B) * NH * T * HS;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t d = i % HS, t = (i / HS) % T, h = (i / (static_cast<size_t>(HS) * T)) % NH;
+    const size_t b = i / (static_cast<size_t>(HS) * T * NH);
+    dst[i] = src[(b * T + t) * row_stride + h * HS + d];
+  }
+}
+
+// dst[(b·T + t)·row_stride + c] = src[b,h,t,d], c = h·HS + d in [0, NH·HS): merges heads back.
+__global__ void merge_heads_kernel(float* dst, const float* src, int row_stride, int B, int T, int NH, int HS) {
+  const size_t C = static_cast<size_t>(NH) * HS;
+  const size_t total = static_cast<size_t>(B) * T * C;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t c = i % C, bt = i / C;
+    const size_t b = bt / T, t = bt % T, h = c / HS, d = c % HS;
+    dst[bt * row_stride + c] = src[((b * NH + h) * T + t) * HS + d];
+  }
+}
+
+// Position t of batch row b may attend to t2 when t2 <= t and (no seg or seg[t2] == seg[t]).
+__device__ __forceinline__ bool visible(int t2, int t, const int32_t* seg_row, int32_t seg_t) {
+  return t2 <= t && (seg_row == nullptr || seg_row[t2] == seg_t);
+}
+
+// In place over rows of att (B,NH,T,T) holding scaled scores: softmax over the visible entries,
+// exactly 0 elsewhere. One warp per row; the max and sum are butterfly reductions (fixed order).
+__global__ void masked_softmax_kernel(float* att, const int32_t* seg, int rows, int T, int NH) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const int t = row % T, b = row / (T * NH);
+  float* s = att + static_cast<size_t>(row) * T;
+  const int32_t* seg_row = seg ? seg + static_cast<size_t>(b) * T : nullptr;
+  const int32_t seg_t = seg_row ? seg_row[t] : 0;
+  float mx = -INFINITY;
+  for (int t2 = lane; t2 <= t; t2 += kWarp)
+    if (visible(t2, t, seg_row, seg_t)) mx = fmaxf(mx, s[t2]);
+  mx = warp_max(mx);
+  float sum = 0.f;
+  for (int t2 = lane; t2 <= t; t2 += kWarp)
+    if (visible(t2, t, seg_row, seg_t)) sum += expf(s[t2] - mx);
+  const float inv_sum = 1.f / warp_sum(sum);  // >= 1 term: t itself is always visible
+  for (int t2 = lane; t2 < T; t2 += kWarp) s[t2] = visible(t2, t, seg_row, seg_t) ? expf(s[t2] - mx) * inv_sum : 0.f;
+}
+
+// In place over rows of datt (holding dP): dS = P·(dP − Σ P·dP); exactly 0 where P is 0.
+__global__ void softmax_bwd_kernel(float* datt, const float* att, int rows, int T) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const int t = row % T;
+  const float* p = att + static_cast<size_t>(row) * T;
+  float* d = datt + static_cast<size_t>(row) * T;
+  float dot = 0.f;
+  for (int t2 = lane; t2 <= t; t2 += kWarp) dot += p[t2] * d[t2];
+  dot = warp_sum(dot);
+  for (int t2 = lane; t2 < T; t2 += kWarp) {
+    const float pv = t2 <= t ? p[t2] : 0.f;
+    d[t2] = pv != 0.f ? pv * (d[t2] - dot) : 0.f;
+  }
+}
+
+void split_heads(float* dst, const float* src, int row_stride, int B, int T, int NH, int HS, cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(B) * NH * T * HS;
+  split_heads_kernel<<<elementwise_blocks(total, kBlock), kBlock, 0, stream>>>(dst, src, row_stride, B, T, NH, HS);
+  CHECK_LAUNCH();
+}
+
+void merge_heads(float* dst, const float* src, int row_stride, int B, int T, int NH, int HS, cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(B) * NH * T * HS;
+  merge_heads_kernel<<<elementwise_blocks(total, kBlock), kBlock, 0, stream>>>(dst, src, row_stride, B, T, NH, HS);
+  CHECK_LAUNCH();
+}
+
+void check_dims(const char* op, int B, int T, int C, int NH) {
+  SFTDP_ASSERT(B >= 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0,
+               std::string(op) + ": need B >= 0, T > 0 and C a positive multiple of NH (got B=" +
+                   std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
+                   " NH=" + std::to_string(NH) + ")");
+  SFTDP_ASSERT(static_cast<int64_t>(B) * NH * T <= INT32_MAX, std::string(op) + ": B·NH·T exceeds 2^31 rows");
+}
+
+// Per-(b,h) strides of the (B,NH,T,HS) tensors and of the (B,NH,T,T) scores.
+GemmBatch heads(int B, int NH, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  return GemmBatch{B * NH, stride_a, stride_b, stride_c};
+}
+
+}  // namespace
+
+void attention_fwd(float* out, float* att, const float* qkv, const int32_t* seg, int B, int T, int C, int NH,
+                   cudaStream_t stream) {
+  check_dims("attention_fwd", B, T, C, NH);
+  if (B == 0) return;
+  const int HS = C / NH;
+  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+  const size_t BTC = static_cast<size_t>(B) * T * C;
+  const int64_t THS = static_cast<int64_t>(T) * HS, TT = static_cast<int64_t>(T) * T;
+  float* q = scratch_as<float>(Scratch::kAttnQKV, 3 * BTC);
+  float* k = q + BTC;
+  float* v = k + BTC;
+  split_heads(q, qkv, 3 * C, B, T, NH, HS, stream);
+  split_heads(k, qkv + C, 3 * C, B, T, NH, HS, stream);
+  split_heads(v, qkv + 2 * C, 3 * C, B, T, NH, HS, stream);
+  // att[b,h] = scale · q[b,h] · k[b,h]ᵀ   (T,T)
+  gemm(false, true, T, T, HS, scale, q, HS, k, HS, 0.f, att, T, nullptr, false, heads(B, NH, THS, THS, TT), stream);
+  const int rows = B * NH * T;
+  masked_softmax_kernel<<<static_cast<unsigned>(ceil_div(rows, kRowBlock / kWarp)), kRowBlock, 0, stream>>>(
+      att, seg, rows, T, NH);
+  CHECK_LAUNCH();
+  // y[b,h] = att[b,h] · v[b,h]   (T,HS), then back to (B,T,C)
+  float* y = scratch_as<float>(Scratch::kAttnY, BTC);
+  gemm(false, false, T, HS, T, 1.f, att, T, v, HS, 0.f, y, HS, nullptr, false, heads(B, NH, TT, THS, THS), stream);
+  merge_heads(out, y, C, B, T, NH, HS, stream);
+}
+
+void attention_bwd(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
+                   int C, int NH, cudaStream_t stream) {
+  check_dims("attention_bwd", B, T, C, NH);
+  if (B == 0) return;
+  const int HS = C / NH;
+  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+  const size_t BTC = static_cast<size_t>(B) * T * C;
+  const int64_t THS = static_cast<int64_t>(T) * HS, TT = static_cast<int64_t>(T) * T;
+  float* q = scratch_as<float>(Scratch::kAttnQKV, 3 * BTC);
+  float* k = q + BTC;
+  float* v = k + BTC;
+  float* dO = scratch_as<float>(Scratch::kAttnY, 4 * BTC);
+  float* dq = dO + BTC;
+  float* dk = dq + BTC;
+  float* dv = dk + BTC;
+  split_heads(q, qkv, 3 * C, B, T, NH, HS, stream);
+  split_heads(k, qkv + C, 3 * C, B, T, NH, HS, stream);
+  split_heads(v, qkv + 2 * C, 3 * C, B, T, NH, HS, stream);
+  split_heads(dO, dout, C, B, T, NH, HS, stream);
+  // dP = dO · vᵀ (T,T) into datt;  dv = attᵀ · dO (T,HS)
+  gemm(false, true, T, T, HS, 1.f, dO, HS, v, HS, 0.f, datt, T, nullptr, false, heads(B, NH, THS, THS, TT), stream);
+  gemm(true, false, T, HS, T, 1.f, att, T, dO, HS, 0.f, dv, HS, nullptr, false, heads(B, NH, TT, THS, THS), stream);
+  const int rows = B * NH * T;
+  softmax_bwd_kernel<<<static_cast<unsigned>(ceil_div(rows, kRowBlock / kWarp)), kRowBlock, 0, stream>>>(
+      datt, att, rows, T);
+  CHECK_LAUNCH();
+  // scores were scale·q·kᵀ:  dq = scale · dS · k;  dk = scale · dSᵀ · q
+  gemm(false, false, T, HS, T, scale, datt, T, k, HS, 0.f, dq, HS, nullptr, false, heads(B, NH, TT, THS, THS),
+       stream);
+  gemm(true, false, T, HS, T, scale, datt, T, q, HS, 0.f, dk, HS, nullptr, false, heads(B, NH, TT, THS, THS),
+       stream);
+  merge_heads(dqkv, dq, 3 * C, B, T, NH, HS, stream);
+  merge_heads(dqkv + C, dk, 3 * C, B, T, NH, HS, stream);
+  merge_heads(dqkv + 2 * C, dv, 3 * C, B, T, NH, HS, stream);
+}
+
+}  // namespace sftdp::cuda

@@ -1,0 +1,36 @@
+// kernels/cuda/cast.cu — elementwise bf16 <-> fp32 casts (see cast.cuh), grid-stride loops.
+#include "kernels/cuda/cast.cuh"
+#include "kernels/cuda/common.cuh"
+
+namespace sftdp::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+__global__ void fp32_to_bf16_kernel(__nv_bfloat16* out, const float* inp, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(inp[i]);
+}
+
+__global__ void bf16_to_fp32_kernel(float* out, const __nv_bfloat16* inp, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(inp[i]);
+}
+
+}  // namespace
+
+void cast_fp32_to_bf16(__nv_bfloat16* out, const float* inp, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  fp32_to_bf16_kernel<<<elementwise_blocks(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
+  CHECK_LAUNCH();
+}
+
+void cast_bf16_to_fp32(float* out, const __nv_bfloat16* inp, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  bf16_to_fp32_kernel<<<elementwise_blocks(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
+  CHECK_LAUNCH();
+}
+
+}  // namespace sftdp::cuda

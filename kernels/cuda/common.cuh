@@ -1,0 +1,81 @@
+// kernels/cuda/common.cuh — what every sftdp CUDA file shares: the checking macros (from
+// sftdp/check.h), the one stream the Ops table runs on, grow-only scratch buffers, launch-size
+// helpers and deterministic warp/block sums (fixed shuffle trees and shared-memory orders; no
+// atomics anywhere, so the same inputs give the same bits on every run).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "sftdp/check.h"
+
+// After every kernel launch: a bad launch configuration is reported at the launching line.
+#define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
+
+namespace sftdp::cuda {
+
+// The stream of the CUDA Ops table: created non-blocking on first use, on the current device.
+cudaStream_t stream();
+
+// Private device buffers of the launchers, one per slot so that two ops never share one.
+// Grow-only: a request larger than the slot's buffer synchronises the device (queued work may
+// still read the old buffer), frees it and allocates the new size. All are freed at exit.
+// Slots assume one host thread queueing on one stream (the trainer's model).
+enum class Scratch : int {
+  kReducePartials,    // reduce.cu: fp64 per-block partial sums
+  kColumnPartials,    // reduce.cu / layernorm.cu: per-row-chunk column partial sums
+  kCrossEntropyRows,  // cross_entropy.cu: per-row loss and weight (fp64)
+  kGemmWorkspace,     // gemm.cu: cuBLASLt workspace
+  kGemmA16,           // gemm.cu: bf16 copy of the first GEMM input
+  kGemmB16,           // gemm.cu: bf16 copy of the second GEMM input
+  kAttnQKV,           // attention.cu: q, k, v permuted to (B,NH,T,HS)
+  kAttnY,             // attention.cu: y (fwd) or dO, dQ, dK, dV (bwd) in (B,NH,T,HS)
+  kEncoderBuckets,    // encoder.cu: token/position buckets built on the host
+  kCount
+};
+void* scratch(Scratch slot, size_t bytes);
+template <class T>
+T* scratch_as(Scratch slot, size_t count) {
+  return static_cast<T*>(scratch(slot, count * sizeof(T)));
+}
+
+constexpr int kWarp = 32;
+
+inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Blocks for a grid-stride elementwise loop over n items (n > 0): enough to fill any GPU, capped so
+// the count fits gridDim.x comfortably. Elementwise results do not depend on it.
+inline unsigned elementwise_blocks(size_t n, int block) {
+  const size_t want = ceil_div(n, static_cast<size_t>(block));
+  return static_cast<unsigned>(want < 65536 ? want : 65536);
+}
+
+// Butterfly sum over the 32 lanes: every lane gets the same bits (IEEE addition is commutative,
+// so both partners of each exchange compute the same value), in an order fixed by lane ids.
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+template <class T>
+__device__ __forceinline__ T warp_max(T v) {
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. Fixed order: each warp's butterfly, then warp 0 sums the warp totals by butterfly.
+// `shared` holds 32 T. Contains __syncthreads: every thread of the block must call it.
+template <class T>
+__device__ T block_sum(T v, T* shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  v = warp_sum(v);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  T total = lane < warps ? shared[lane] : T(0);
+  total = warp_sum(total);
+  return total;  // every warp computed the same butterfly over the same 32 values
+}
+
+}  // namespace sftdp::cuda

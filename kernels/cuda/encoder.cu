@@ -1,0 +1,127 @@
+// kernels/cuda/encoder.cu — token + position embedding on the GPU (kernels/encoder.h). B batch,
+// T seq, C channels. Accumulation: dwte +=, dwpe += — deterministic without atomics: the token
+// (and position) ids are copied to the host and bucketed there (stable, so each bucket lists its
+// tokens in ascending b·T + t), then one block row per distinct id adds its tokens' gradients to
+// the table row in that order. Each (row, c) sees the same additions in the same order as the CPU
+// twin's plain loop. The bucketing synchronises the stream once per call (the last op of backward).
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/encoder.h"
+
+namespace sftdp::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+__global__ void encoder_fwd_kernel(float* out, const int32_t* inp, const int32_t* pos, const float* wte,
+                                   const float* wpe, int T, int C, size_t total) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t bt = i / C, c = i % C;
+    const size_t token = static_cast<size_t>(inp[bt]);
+    const size_t p = pos ? static_cast<size_t>(pos[bt]) : bt % T;
+    out[i] = wte[token * C + c] + wpe[p * C + c];
+  }
+}
+
+// Bucket u covers order[starts[u] .. starts[u+1]) and targets table row rows[u]:
+// table[row, c] = (((table[row, c] + dout[o0, c]) + dout[o1, c]) + ...), o ascending.
+// Grid (U, ceil(C / kBlock)); one thread per (bucket, channel): no two threads share an element.
+__global__ void scatter_add_buckets_kernel(float* table, const float* dout, const int32_t* order,
+                                           const int32_t* starts, const int32_t* rows, int C) {
+  const int u = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float* dst = table + static_cast<size_t>(rows[u]) * C + c;
+  float acc = *dst;
+  for (int j = starts[u]; j < starts[u + 1]; ++j) acc += dout[static_cast<size_t>(order[j]) * C + c];
+  *dst = acc;
+}
+
+// Host side: stable buckets of the n keys. Writes order (n), starts (U+1) and rows (U) into
+// `out` at the given offsets and returns U, the number of distinct keys.
+int build_buckets(const std::vector<int32_t>& keys, std::vector<int32_t>& out, size_t order_at, size_t starts_at,
+                  size_t rows_at) {
+  const int n = static_cast<int>(keys.size());
+  int32_t* order = out.data() + order_at;
+  std::iota(order, order + n, 0);
+  std::stable_sort(order, order + n, [&](int32_t a, int32_t b) { return keys[a] < keys[b]; });
+  int U = 0;
+  for (int j = 0; j < n; ++j) {
+    if (j == 0 || keys[order[j]] != keys[order[j - 1]]) {
+      out[starts_at + U] = j;
+      out[rows_at + U] = keys[order[j]];
+      ++U;
+    }
+  }
+  out[starts_at + U] = n;
+  return U;
+}
+
+void scatter_add(float* table, const float* dout, const int32_t* buckets_dev, size_t order_at, size_t starts_at,
+                 size_t rows_at, int U, int C, cudaStream_t stream) {
+  if (U == 0) return;
+  const dim3 grid(static_cast<unsigned>(U), static_cast<unsigned>(ceil_div(C, kBlock)));
+  scatter_add_buckets_kernel<<<grid, kBlock, 0, stream>>>(table, dout, buckets_dev + order_at,
+                                                          buckets_dev + starts_at, buckets_dev + rows_at, C);
+  CHECK_LAUNCH();
+}
+
+void check_dims(const char* op, int B, int T, int C) {
+  SFTDP_ASSERT(B >= 0 && T > 0 && C > 0, std::string(op) + ": need B >= 0, T > 0, C > 0 (got B=" +
+                                             std::to_string(B) + " T=" + std::to_string(T) +
+                                             " C=" + std::to_string(C) + ")");
+}
+
+}  // namespace
+
+void encoder_fwd(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe, int B,
+                 int T, int C, cudaStream_t stream) {
+  check_dims("encoder_fwd", B, T, C);
+  const size_t total = static_cast<size_t>(B) * T * C;
+  if (total == 0) return;
+  encoder_fwd_kernel<<<elementwise_blocks(total, kBlock), kBlock, 0, stream>>>(out, inp, pos, wte, wpe, T, C,
+                                                                               total);
+  CHECK_LAUNCH();
+}
+
+void encoder_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* inp, const int32_t* pos, int B, int T,
+                 int C, cudaStream_t stream) {
+  check_dims("encoder_bwd", B, T, C);
+  const size_t n = static_cast<size_t>(B) * T;
+  if (n == 0) return;
+  SFTDP_ASSERT(n <= static_cast<size_t>(INT32_MAX / 8), "encoder_bwd: B·T too large for int32 buckets");
+
+  // Static host buffers: reused across calls. Safe because the next call overwrites them only
+  // after its own stream synchronisation, when this call's upload has completed.
+  static std::vector<int32_t> tokens, positions, host;
+  tokens.resize(n);
+  CHECK_CUDA(cudaMemcpyAsync(tokens.data(), inp, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  positions.resize(n);
+  if (pos) CHECK_CUDA(cudaMemcpyAsync(positions.data(), pos, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  if (!pos)
+    for (size_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i % T);
+  for (size_t i = 0; i < n; ++i) {
+    SFTDP_ASSERT(tokens[i] >= 0, "encoder_bwd: negative token id at index " + std::to_string(i));
+    SFTDP_ASSERT(positions[i] >= 0, "encoder_bwd: negative position at index " + std::to_string(i));
+  }
+
+  // Layout of `host` (and of its device copy): token buckets, then position buckets, each
+  // order (n) | starts (n + 1) | rows (n).
+  const size_t per_table = 3 * n + 1;
+  host.resize(2 * per_table);
+  const int U_tok = build_buckets(tokens, host, 0, n, 2 * n + 1);
+  const int U_pos = build_buckets(positions, host, per_table, per_table + n, per_table + 2 * n + 1);
+  int32_t* dev = scratch_as<int32_t>(Scratch::kEncoderBuckets, host.size());
+  CHECK_CUDA(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+
+  scatter_add(dwte, dout, dev, 0, n, 2 * n + 1, U_tok, C, stream);
+  scatter_add(dwpe, dout, dev, per_table, per_table + n, per_table + 2 * n + 1, U_pos, C, stream);
+}
+
+}  // namespace sftdp::cuda

@@ -1,0 +1,243 @@
+// kernels/cuda/gemm.cu — the row-major GEMM of gemm.cuh on cuBLASLt. A row-major C[M,N] is the
+// column-major Cᵀ[N,M], so C = op(A)·op(B) is issued as Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands
+// swapped. The bias is fused as cuBLASLt's BIAS epilogue when the bias pointer is 16-byte aligned
+// and an algorithm supports it, else added by a small kernel afterwards (same rounding: D = fl(acc
+// + bias) either way). Algorithms are chosen by the heuristic once per key and cached.
+#include <cuda_bf16.h>
+
+#include <array>
+#include <map>
+#include <string>
+
+#include "kernels/cuda/cast.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/ops.h"
+
+namespace sftdp::cuda {
+namespace {
+
+bool g_bf16_gemm = false;
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t handle = [] {
+    cublasLtHandle_t h = nullptr;
+    CHECK_CUBLAS(cublasLtCreate(&h));
+    return h;
+  }();
+  return handle;
+}
+
+// Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic assumes 256 unless told.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment >>= 1;
+  return alignment;
+}
+
+// One column-major cuBLASLt call: D = alpha·op(a)·op(b) + beta·C, D = C in place.
+struct LtCall {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int lda = 0;
+  int64_t stride_a = 0;
+  const void* b = nullptr;
+  int ldb = 0;
+  int64_t stride_b = 0;
+  float* c = nullptr;
+  int ldc = 0;
+  int64_t stride_c = 0;
+  int batch = 1;
+  cudaDataType_t ab_type = CUDA_R_32F;
+  float alpha = 1.f, beta = 0.f;
+};
+
+// The descriptors of one call, destroyed with it.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  LtDescs(const LtCall& call, const float* epilogue_bias) {
+    CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = call.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = call.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    if (epilogue_bias) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = CUDA_R_32F;
+      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue_bias,
+                                                  sizeof(epilogue_bias)));
+      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                  sizeof(bias_type)));
+    }
+    a = layout(call.ab_type, call.trans_a ? call.k : call.m, call.trans_a ? call.m : call.k, call.lda,
+               call.batch, call.stride_a);
+    b = layout(call.ab_type, call.trans_b ? call.n : call.k, call.trans_b ? call.k : call.n, call.ldb,
+               call.batch, call.stride_b);
+    c = layout(CUDA_R_32F, call.m, call.n, call.ldc, call.batch, call.stride_c);
+  }
+  ~LtDescs() {
+    // Destroying descriptors cannot fail in a way we could act on; keep the destructor nothrow.
+    (void)cublasLtMatrixLayoutDestroy(c);
+    (void)cublasLtMatrixLayoutDestroy(b);
+    (void)cublasLtMatrixLayoutDestroy(a);
+    (void)cublasLtMatmulDescDestroy(op);
+  }
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+
+  static cublasLtMatrixLayout_t layout(cudaDataType_t type, int rows, int cols, int ld, int batch,
+                                       int64_t stride) {
+    cublasLtMatrixLayout_t l = nullptr;
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld));
+    if (batch > 1) {
+      const int32_t count = batch;
+      CHECK_CUBLAS(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      CHECK_CUBLAS(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                    sizeof(stride)));
+    }
+    return l;
+  }
+};
+
+using AlgoKey = std::array<int64_t, 18>;
+struct CachedAlgo {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+AlgoKey key_of(const LtCall& call, bool epilogue) {
+  return {call.trans_a, call.trans_b, call.m, call.n, call.k, call.lda, call.ldb, call.ldc,
+          call.stride_a, call.stride_b, call.stride_c, call.batch, static_cast<int64_t>(call.ab_type),
+          epilogue, alignment_of(call.a), alignment_of(call.b), alignment_of(call.c),
+          static_cast<int64_t>(kWorkspaceBytes)};
+}
+
+// The heuristic's first choice for this call, cached (the heuristic is deterministic, so the cache
+// only saves host time; it never changes the result).
+const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs, bool epilogue) {
+  static std::map<AlgoKey, CachedAlgo> cache;
+  const AlgoKey key = key_of(call, epilogue);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  cublasLtMatmulPreference_t pref = nullptr;
+  CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t workspace = kWorkspaceBytes;
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                    sizeof(workspace)));
+  const uint32_t align_a = alignment_of(call.a), align_b = alignment_of(call.b), align_c = alignment_of(call.c);
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof(align_a)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof(align_b)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                    sizeof(align_c)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                                    sizeof(align_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_handle(), descs.op, descs.a, descs.b, descs.c,
+                                                               descs.c, pref, 1, &result, &returned);
+  CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
+  // NOT_SUPPORTED means "no algorithm for this configuration": the caller falls back or reports.
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) CHECK_CUBLAS(status);
+  CachedAlgo& entry = cache[key];
+  entry.found = status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (entry.found) entry.algo = result.algo;
+  return entry;
+}
+
+// C[i·ldc + j] += bias[j] for the row-major C[M,N] of gemm().
+__global__ void add_bias_kernel(float* C, const float* bias, int M, int N, int ldc) {
+  const size_t total = static_cast<size_t>(M) * N;
+  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t i = idx / N, j = idx % N;
+    C[i * ldc + j] += bias[j];
+  }
+}
+
+// bf16 copy of a stored column-major matrix (rows x cols, leading dimension ld) into `slot`.
+const __nv_bfloat16* to_bf16(Scratch slot, const void* src, int rows, int cols, int ld, cudaStream_t stream) {
+  const size_t extent = static_cast<size_t>(ld) * (cols - 1) + rows;
+  auto* dst = scratch_as<__nv_bfloat16>(slot, extent);
+  cast_fp32_to_bf16(dst, static_cast<const float*>(src), extent, stream);
+  return dst;
+}
+
+}  // namespace
+
+bool bf16_gemm_enabled() { return g_bf16_gemm; }
+
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc, const float* bias, bool bf16_inputs, const GemmBatch& batch,
+          cudaStream_t stream) {
+  if (M == 0 || N == 0 || batch.count == 0) return;
+  // Only built when a check fails: gemm runs hundreds of times per step.
+  const auto shape = [&] {
+    return "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+           " batch=" + std::to_string(batch.count);
+  };
+  SFTDP_ASSERT(M > 0 && N > 0 && K > 0 && batch.count > 0, shape() + ": sizes must be positive");
+  SFTDP_ASSERT(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N,
+               shape() + ": a leading dimension is smaller than its row");
+  SFTDP_ASSERT(!bias || batch.count == 1, shape() + ": bias is supported for batch 1 only");
+  SFTDP_ASSERT(!bf16_inputs || batch.count == 1, shape() + ": bf16 inputs are supported for batch 1 only");
+
+  // Row-major C = op(A)·op(B)  <=>  column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: B comes first.
+  LtCall call;
+  call.trans_a = trans_b;
+  call.trans_b = trans_a;
+  call.m = N;
+  call.n = M;
+  call.k = K;
+  call.a = B;
+  call.lda = ldb;
+  call.stride_a = batch.stride_b;
+  call.b = A;
+  call.ldb = lda;
+  call.stride_b = batch.stride_a;
+  call.c = C;
+  call.ldc = ldc;
+  call.stride_c = batch.stride_c;
+  call.batch = batch.count;
+  call.alpha = alpha;
+  call.beta = beta;
+  if (bf16_inputs) {
+    call.ab_type = CUDA_R_16BF;
+    call.a = to_bf16(Scratch::kGemmA16, call.a, call.trans_a ? call.k : call.m, call.trans_a ? call.m : call.k,
+                     call.lda, stream);
+    call.b = to_bf16(Scratch::kGemmB16, call.b, call.trans_b ? call.n : call.k, call.trans_b ? call.k : call.n,
+                     call.ldb, stream);
+  }
+
+  void* workspace = scratch(Scratch::kGemmWorkspace, kWorkspaceBytes);
+  if (bias && alignment_of(bias) >= 16) {
+    LtDescs descs(call, bias);
+    const CachedAlgo& fused = algo_for(call, descs, /*epilogue=*/true);
+    if (fused.found) {
+      CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b,
+                                  &call.beta, call.c, descs.c, call.c, descs.c, &fused.algo, workspace,
+                                  kWorkspaceBytes, stream));
+      return;
+    }
+    // No algorithm fuses this bias: plain GEMM, then the bias kernel below.
+  }
+  LtDescs descs(call, nullptr);
+  const CachedAlgo* algo = &algo_for(call, descs, /*epilogue=*/false);
+  SFTDP_ASSERT(algo->found, shape() + ": cuBLASLt has no algorithm for this shape/alignment");
+  CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b, &call.beta,
+                              call.c, descs.c, call.c, descs.c, &algo->algo, workspace, kWorkspaceBytes, stream));
+  if (bias) {
+    constexpr int kBlock = 256;
+    add_bias_kernel<<<elementwise_blocks(static_cast<size_t>(M) * N, kBlock), kBlock, 0, stream>>>(C, bias, M, N,
+                                                                                                   ldc);
+    CHECK_LAUNCH();
+  }
+}
+
+}  // namespace sftdp::cuda
+
+void sftdp::cuda_set_bf16_gemm(bool on) { sftdp::cuda::g_bf16_gemm = on; }

@@ -1,0 +1,31 @@
+// kernels/cuda/gemm.cuh — the one GEMM entry of the CUDA kernels, in row-major terms, run by
+// cuBLASLt with fp32 compute (CUBLAS_COMPUTE_32F: TF32 is never used) and fp32 C/D. In bf16 mode
+// the inputs A and B are first rounded to bf16 copies (scratch) and cuBLASLt reads those; C, D,
+// the bias and all accumulation stay fp32. cuBLASLt is bitwise reproducible for a fixed algorithm
+// on one GPU model; the algorithm is chosen once per (shape, alignment) and cached.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+
+namespace sftdp::cuda {
+
+// Strided batches: matrix i of A starts at A + i·stride_a (elements), likewise B and C.
+struct GemmBatch {
+  int count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+// C[M,N] = alpha · op(A) · op(B) + beta · C, then + bias[n] on every row when bias != null.
+// Row-major throughout: op(A) is [M,K] — A stored [M,K] with row stride lda, or [K,M] when
+// trans_a; op(B) is [K,N] — B stored [K,N] with row stride ldb, or [N,K] when trans_b; C stored
+// [M,N] with row stride ldc. beta = 0 never reads C (poisoned C is fine).
+// bf16_inputs: A and B rounded to bf16 first (batch.count must be 1).
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc,
+          const float* bias, bool bf16_inputs, const GemmBatch& batch, cudaStream_t stream);
+
+// The switch behind cuda_set_bf16_gemm (kernels/ops.h): true = Linear layers use bf16 inputs.
+bool bf16_gemm_enabled();
+
+}  // namespace sftdp::cuda

@@ -1,0 +1,122 @@
+// kernels/cuda/reduce.cu — the deterministic reductions of reduce.cuh. No atomics: every partial
+// has one writer, and every sum runs in an order fixed by the problem size alone.
+#include "kernels/cuda/reduce.cuh"
+
+namespace sftdp::cuda {
+namespace {
+
+constexpr int kSumBlock = 512;               // threads per partial-sum block
+constexpr int kFinishBlock = 1024;           // threads of the one finishing block
+constexpr size_t kMaxPartials = 1024;        // at most this many per-block partials
+constexpr size_t kMinChunk = kSumBlock * 8;  // at least 8 items per thread before splitting
+constexpr int kColTile = 32;                 // columns per column-partial block (one warp wide)
+constexpr int kColRows = 8;                  // warps per column-partial block
+
+struct LoadDouble {
+  const double* x;
+  __device__ double operator()(size_t i) const { return x[i]; }
+};
+struct LoadSquare {
+  const float* x;
+  __device__ double operator()(size_t i) const {
+    const double v = x[i];
+    return v * v;
+  }
+};
+
+// partials[b] = Σ load(i) over i in [b·chunk, min((b+1)·chunk, n)).
+template <class Load>
+__global__ void __launch_bounds__(kSumBlock) partial_sums_kernel(double* partials, Load load, size_t n,
+                                                                 size_t chunk) {
+  __shared__ double shared[kWarp];
+  const size_t begin = static_cast<size_t>(blockIdx.x) * chunk;
+  const size_t end = begin + chunk < n ? begin + chunk : n;
+  double acc = 0.0;
+  for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) acc += load(i);
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// dst[0] (+)= Σ partials[0..P), one block.
+__global__ void __launch_bounds__(kFinishBlock) finish_sum_kernel(float* dst, const double* partials, int P,
+                                                                  bool accumulate) {
+  __shared__ double shared[kWarp];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < P; i += blockDim.x) acc += partials[i];
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) dst[0] = accumulate ? dst[0] + static_cast<float>(acc) : static_cast<float>(acc);
+}
+
+// partials[chunk·C + c] = Σ x[n·C + c] over the chunk's rows; block (kColTile, kColRows),
+// grid (ceil(C / kColTile), chunks). Each warp strides the chunk's rows; warps add in order.
+__global__ void column_partials_kernel(float* partials, const float* x, int N, int C) {
+  __shared__ float tile[kColRows][kColTile + 1];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  const int r0 = blockIdx.y * kRowsPerChunk;
+  const int r1 = r0 + kRowsPerChunk < N ? r0 + kRowsPerChunk : N;
+  float acc = 0.f;
+  if (c < C)
+    for (int n = r0 + threadIdx.y; n < r1; n += kColRows) acc += x[static_cast<size_t>(n) * C + c];
+  tile[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float sum = 0.f;
+    for (int j = 0; j < kColRows; ++j) sum += tile[j][threadIdx.x];
+    partials[static_cast<size_t>(blockIdx.y) * C + c] = sum;
+  }
+}
+
+__global__ void add_column_partials_kernel(float* dst, const float* partials, int R, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0.f;
+  for (int r = 0; r < R; ++r) acc += partials[static_cast<size_t>(r) * C + c];
+  dst[c] += acc;
+}
+
+template <class Load>
+void two_pass_sum(float* dst, Load load, size_t n, bool accumulate, cudaStream_t stream) {
+  if (n == 0) {
+    if (!accumulate) CHECK_CUDA(cudaMemsetAsync(dst, 0, sizeof(float), stream));
+    return;
+  }
+  const size_t min_chunk = kMinChunk;
+  const size_t chunk = ceil_div(n, kMaxPartials) > min_chunk ? ceil_div(n, kMaxPartials) : min_chunk;
+  const int P = static_cast<int>(ceil_div(n, chunk));  // <= kMaxPartials
+  double* partials = scratch_as<double>(Scratch::kReducePartials, P);
+  partial_sums_kernel<<<P, kSumBlock, 0, stream>>>(partials, load, n, chunk);
+  CHECK_LAUNCH();
+  finish_sum_kernel<<<1, kFinishBlock, 0, stream>>>(dst, partials, P, accumulate);
+  CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void sum_into(float* dst, const double* x, size_t n, bool accumulate, cudaStream_t stream) {
+  two_pass_sum(dst, LoadDouble{x}, n, accumulate, stream);
+}
+
+void sum_squares_into(float* dst, const float* x, size_t n, cudaStream_t stream) {
+  two_pass_sum(dst, LoadSquare{x}, n, /*accumulate=*/false, stream);
+}
+
+void add_column_partials(float* dst, const float* partials, int R, int C, cudaStream_t stream) {
+  if (R <= 0 || C <= 0) return;
+  constexpr int kBlock = 256;
+  add_column_partials_kernel<<<static_cast<unsigned>(ceil_div(C, kBlock)), kBlock, 0, stream>>>(dst, partials,
+                                                                                                 R, C);
+  CHECK_LAUNCH();
+}
+
+void add_column_sums(float* dst, const float* x, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  const int R = column_chunks(N);
+  SFTDP_ASSERT(R <= 65535, "add_column_sums: N / 128 row chunks exceed gridDim.y (65535)");
+  float* partials = scratch_as<float>(Scratch::kColumnPartials, static_cast<size_t>(R) * C);
+  const dim3 grid(static_cast<unsigned>(ceil_div(C, kColTile)), static_cast<unsigned>(R));
+  column_partials_kernel<<<grid, dim3(kColTile, kColRows), 0, stream>>>(partials, x, N, C);
+  CHECK_LAUNCH();
+  add_column_partials(dst, partials, R, C, stream);
+}
+
+}  // namespace sftdp::cuda
