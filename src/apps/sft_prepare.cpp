@@ -60,12 +60,16 @@ int main(int argc, char** argv) {
         throw sftdp::UserError("unknown argument \"" + arg + "\" (see sft_prepare --help)");
       if (i + 1 >= argc) throw sftdp::UserError(arg + ": needs a value");
       const std::string value = argv[++i];
-      if (arg == "--input") input = value;
-      else if (arg == "--output") output = value;
-      else if (arg == "--max-length") options.T = parse_length(value);
+      if (arg == "--input")
+        input = value;
+      else if (arg == "--output")
+        output = value;
+      else if (arg == "--max-length")
+        options.T = parse_length(value);
       else if (value == "drop" || value == "truncate")
         options.overflow = value == "drop" ? Overflow::kDrop : Overflow::kTruncate;
-      else throw sftdp::UserError("--overflow: expected drop or truncate, got \"" + value + "\"");
+      else
+        throw sftdp::UserError("--overflow: expected drop or truncate, got \"" + value + "\"");
     }
     if (input.empty() || output.empty() || options.T == 0)
       throw sftdp::UserError("--input, --output and --max-length are required");
@@ -77,9 +81,10 @@ int main(int argc, char** argv) {
                 output.c_str(), static_cast<long long>(s.examples),
                 static_cast<long long>(prepared.rows.rows), options.T,
                 options.pack ? " (packed)" : "");
-    std::printf("  dropped (longer than %d tokens): %lld, truncated: %lld, completion tokens: %lld\n",
-                options.T + 1, static_cast<long long>(s.dropped),
-                static_cast<long long>(s.truncated), static_cast<long long>(s.completion_tokens));
+    std::printf(
+        "  dropped (longer than %d tokens): %lld, truncated: %lld, completion tokens: %lld\n",
+        options.T + 1, static_cast<long long>(s.dropped), static_cast<long long>(s.truncated),
+        static_cast<long long>(s.completion_tokens));
     return 0;
   } catch (const sftdp::UserError& e) {
     std::fprintf(stderr, "sft_prepare: error: %s\n", e.what());

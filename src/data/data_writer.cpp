@@ -16,8 +16,8 @@ void write_column(hid_t file, const char* name, hid_t file_type, hid_t mem_type,
                   int T, const void* data) {
   const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(T)};
   H5Handle space(CHECK_H5(H5Screate_simple(2, dims, nullptr)), H5Sclose);
-  H5Handle dataset(CHECK_H5(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT,
-                                       H5P_DEFAULT, H5P_DEFAULT)),
+  H5Handle dataset(CHECK_H5(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                       H5P_DEFAULT)),
                    H5Dclose);
   CHECK_H5(H5Dwrite(dataset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
@@ -39,9 +39,9 @@ void write_file(const std::string& path, const RowSet& rows, int vocab_size) {
                  rows.positions.data());
   }
   H5Handle scalar(CHECK_H5(H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Handle attr(CHECK_H5(H5Acreate2(f, "vocab_size", H5T_STD_I64LE, scalar.get(), H5P_DEFAULT,
-                                    H5P_DEFAULT)),
-                H5Aclose);
+  H5Handle attr(
+      CHECK_H5(H5Acreate2(f, "vocab_size", H5T_STD_I64LE, scalar.get(), H5P_DEFAULT, H5P_DEFAULT)),
+      H5Aclose);
   const int64_t vocab = vocab_size;
   CHECK_H5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &vocab));
 }

@@ -1,5 +1,5 @@
 // src/data/dataset.cpp — sftdp::data::Dataset: SPEC §4 files concatenated by rows. Reads only the
-// requested rows (one hyperslab union per file and dataset, one H5Dread each) and checks every
+// requested rows (hyperslab unions of at most 32 contiguous runs per H5Dread) and checks every
 // value read; errors name the file, the dataset and the row within that file.
 #include <algorithm>
 #include <cmath>
@@ -29,24 +29,35 @@ struct FileRequest {
   std::vector<int64_t> rows;                        // sorted unique local rows = buffer order
 };
 
-// Reads the given sorted unique rows of `dataset` into buf [rows.size(), T]. The file selection
-// is a union of contiguous runs; HDF5 returns a union in file order, which is rows' order.
-void read_sorted_rows(hid_t dataset, hid_t mem_type, const std::vector<int64_t>& rows, int T,
-                      void* buf) {
+// HDF5 1.10 merges each hyperslab OR'ed into a selection with all earlier ones (quadratic in the
+// number of runs: 4096 scattered rows took ~1 s in one union), so each read takes at most this
+// many contiguous runs: a few dozen H5Dread calls instead, each with a small union.
+constexpr size_t kRunsPerRead = 32;
+
+// Reads the given sorted unique rows of `dataset` into buf [rows.size(), T] (elements of
+// elem_size bytes). The file selection is a union of contiguous runs; HDF5 returns a union in
+// file order, which is rows' order, so each read fills the next rows of buf.
+void read_sorted_rows(hid_t dataset, hid_t mem_type, size_t elem_size,
+                      const std::vector<int64_t>& rows, int T, void* buf) {
   H5Handle file_space(CHECK_H5(H5Dget_space(dataset)), H5Sclose);
-  H5S_seloper_t op = H5S_SELECT_SET;
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i + 1;
-    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
-    const hsize_t offset[2] = {static_cast<hsize_t>(rows[i]), 0};
-    const hsize_t extent[2] = {static_cast<hsize_t>(j - i), static_cast<hsize_t>(T)};
-    CHECK_H5(H5Sselect_hyperslab(file_space.get(), op, offset, nullptr, extent, nullptr));
-    op = H5S_SELECT_OR;
-    i = j;
+  size_t i = 0;
+  while (i < rows.size()) {
+    const size_t first = i;
+    H5S_seloper_t op = H5S_SELECT_SET;
+    for (size_t runs = 0; runs < kRunsPerRead && i < rows.size(); ++runs) {
+      size_t j = i + 1;
+      while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+      const hsize_t offset[2] = {static_cast<hsize_t>(rows[i]), 0};
+      const hsize_t extent[2] = {static_cast<hsize_t>(j - i), static_cast<hsize_t>(T)};
+      CHECK_H5(H5Sselect_hyperslab(file_space.get(), op, offset, nullptr, extent, nullptr));
+      op = H5S_SELECT_OR;
+      i = j;
+    }
+    const hsize_t mem_dims[2] = {i - first, static_cast<hsize_t>(T)};
+    H5Handle mem_space(CHECK_H5(H5Screate_simple(2, mem_dims, nullptr)), H5Sclose);
+    char* dst = static_cast<char*>(buf) + first * static_cast<size_t>(T) * elem_size;
+    CHECK_H5(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst));
   }
-  const hsize_t mem_dims[2] = {rows.size(), static_cast<hsize_t>(T)};
-  H5Handle mem_space(CHECK_H5(H5Screate_simple(2, mem_dims, nullptr)), H5Sclose);
-  CHECK_H5(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buf));
 }
 
 [[noreturn]] void bad_value(const DataFile& f, const char* dataset, int64_t row, int pos,
@@ -131,8 +142,8 @@ void Dataset::read_rows(const std::vector<int64_t>& rows, Batch& out) const {
   for (size_t b = 0; b < rows.size(); ++b) {
     const int64_t row = rows[b];
     SFTDP_ASSERT(row >= 0 && row < d.total_rows, "requested row outside the dataset");
-    const size_t file = std::upper_bound(d.first_row.begin(), d.first_row.end(), row) -
-                        d.first_row.begin() - 1;
+    const size_t file =
+        std::upper_bound(d.first_row.begin(), d.first_row.end(), row) - d.first_row.begin() - 1;
     requests[file].wanted.emplace_back(row - d.first_row[file], static_cast<int64_t>(b));
   }
 
@@ -152,13 +163,15 @@ void Dataset::read_rows(const std::vector<int64_t>& rows, Batch& out) const {
     weights.resize(m);
     segments.resize(f.segment_ids.valid() ? m : 0);
     positions.resize(f.positions.valid() ? m : 0);
-    read_sorted_rows(f.inputs.get(), H5T_NATIVE_INT32, req.rows, T, inputs.data());
-    read_sorted_rows(f.targets.get(), H5T_NATIVE_INT32, req.rows, T, targets.data());
-    read_sorted_rows(f.loss_weights.get(), H5T_NATIVE_FLOAT, req.rows, T, weights.data());
+    const auto read = [&](const H5Handle& dataset, hid_t type, size_t elem_size, void* buf) {
+      read_sorted_rows(dataset.get(), type, elem_size, req.rows, T, buf);
+    };
+    read(f.inputs, H5T_NATIVE_INT32, sizeof(int32_t), inputs.data());
+    read(f.targets, H5T_NATIVE_INT32, sizeof(int32_t), targets.data());
+    read(f.loss_weights, H5T_NATIVE_FLOAT, sizeof(float), weights.data());
     if (f.segment_ids.valid())
-      read_sorted_rows(f.segment_ids.get(), H5T_NATIVE_INT32, req.rows, T, segments.data());
-    if (f.positions.valid())
-      read_sorted_rows(f.positions.get(), H5T_NATIVE_INT32, req.rows, T, positions.data());
+      read(f.segment_ids, H5T_NATIVE_INT32, sizeof(int32_t), segments.data());
+    if (f.positions.valid()) read(f.positions, H5T_NATIVE_INT32, sizeof(int32_t), positions.data());
     check_values(f, req.rows, T, d.max_positions, inputs, targets, weights, segments, positions);
 
     size_t src_row = 0;

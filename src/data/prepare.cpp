@@ -58,10 +58,14 @@ Example parse_chat(const json& messages) {
     const std::string& role = string_field(turn, "role", where);
     const std::string& content = string_field(turn, "content", where);
     int32_t role_token;
-    if (role == "system") role_token = tok::kSystem;
-    else if (role == "user") role_token = tok::kUser;
-    else if (role == "assistant") role_token = tok::kAssistant;
-    else throw UserError(where + "role must be system, user or assistant, found \"" + role + "\"");
+    if (role == "system")
+      role_token = tok::kSystem;
+    else if (role == "user")
+      role_token = tok::kUser;
+    else if (role == "assistant")
+      role_token = tok::kAssistant;
+    else
+      throw UserError(where + "role must be system, user or assistant, found \"" + role + "\"");
     last_assistant = role_token == tok::kAssistant;
     any_assistant |= last_assistant;
     const float w = last_assistant ? 1.f : 0.f;
@@ -109,7 +113,8 @@ Example parse_example(const std::string& json_line) {
 }
 
 RowBuilder::RowBuilder(const PrepareOptions& options) : options_(options) {
-  if (options_.T < 1) throw UserError("--max-length: must be >= 1, got " + std::to_string(options_.T));
+  if (options_.T < 1)
+    throw UserError("--max-length: must be >= 1, got " + std::to_string(options_.T));
   rows_.T = options_.T;
   rows_.packed = options_.pack;
 }

@@ -23,9 +23,9 @@ Example parse_example(const std::string& json_line);
 enum class Overflow { kDrop, kTruncate };
 
 struct PrepareOptions {
-  int T = 0;                         // row length (max_target_length)
+  int T = 0;                            // row length (max_target_length)
   Overflow overflow = Overflow::kDrop;  // examples longer than T+1 tokens
-  bool pack = false;                 // several examples per row, with segment ids and positions
+  bool pack = false;                    // several examples per row, with segment ids and positions
 };
 
 // Rows built so far, row-major [rows, T]. segment_ids and positions are filled only when packed.

@@ -75,14 +75,15 @@ std::vector<int64_t> Sampler::step_rows(int64_t epoch, int64_t step_in_epoch) co
   return rows;
 }
 
-std::vector<int64_t> micro_rows(const std::vector<int64_t>& step_rows, int rank, int world,
-                                int ga, int micro) {
+std::vector<int64_t> micro_rows(const std::vector<int64_t>& step_rows, int rank, int world, int ga,
+                                int micro) {
   SFTDP_ASSERT(world >= 1 && ga >= 1 && rank >= 0 && rank < world && micro >= 0 && micro < ga,
                "micro_rows: rank or micro-step out of range");
   const int64_t G = static_cast<int64_t>(step_rows.size());
   const int64_t split = static_cast<int64_t>(world) * ga;
-  SFTDP_ASSERT(G % split == 0 && G / split >= 1,
-               "micro_rows: global batch not divisible by world_size * gradient_accumulation_steps");
+  SFTDP_ASSERT(
+      G % split == 0 && G / split >= 1,
+      "micro_rows: global batch not divisible by world_size * gradient_accumulation_steps");
   const int64_t b = G / split;
   const int64_t first = (static_cast<int64_t>(micro) * world + rank) * b;
   return std::vector<int64_t>(step_rows.begin() + first, step_rows.begin() + first + b);

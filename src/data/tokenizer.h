@@ -1,6 +1,7 @@
 // src/data/tokenizer.h — the byte-level tokenizer of sft_prepare: ids 0..255 are the bytes of the
 // UTF-8 text, 256..263 are special tokens (table below, also in data/README.md and --help).
-// Encoding is lossless and needs no vocabulary file; kVocabSize is written as the file's vocab_size.
+// Encoding is lossless and needs no vocabulary file; kVocabSize is written as the file's
+// vocab_size.
 #pragma once
 #include <cstdint>
 #include <string>

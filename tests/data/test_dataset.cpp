@@ -8,9 +8,9 @@
 #include <numeric>
 #include <optional>
 
+#include "common/test_util.h"
 #include "sftdp/check.h"
 #include "sftdp/data.h"
-#include "common/test_util.h"
 
 namespace {
 
@@ -44,7 +44,8 @@ void write_h5(const std::string& path, const std::vector<Column>& columns,
   }
   if (vocab_size) {
     const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t attr = H5Acreate2(file, "vocab_size", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t attr =
+        H5Acreate2(file, "vocab_size", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
     ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &*vocab_size), 0);
     H5Aclose(attr);
     H5Sclose(space);
@@ -141,18 +142,20 @@ TEST_F(DatasetTest, ReadsRowsInRequestedOrderAcrossTwoFiles) {
   EXPECT_FALSE(batch.has_positions());
   for (int i = 0; i < batch.B; ++i) {
     const int64_t g = rows[i];
-    if (g < 5) expect_row(batch, i, ca, static_cast<int>(g), false);
-    else expect_row(batch, i, cb, static_cast<int>(g - 5), false);
+    if (g < 5)
+      expect_row(batch, i, ca, static_cast<int>(g), false);
+    else
+      expect_row(batch, i, cb, static_cast<int>(g - 5), false);
   }
 }
 
 TEST_F(DatasetTest, ManyDisjointRunsComeBackInRequestOrder) {
-  const Content big = make_content(200, 5, 3);
+  const Content big = make_content(400, 5, 3);
   write_h5(a, columns_of(big, true));
   Dataset ds({a}, 5, kVocab, 16);
-  // Descending with gaps and runs: the file-order union must be scattered back correctly.
+  // Descending, with ~60 gaps: more runs than one read takes (32), scattered back in order.
   std::vector<int64_t> rows;
-  for (int64_t r = 199; r >= 0; r -= (r % 7 == 0 ? 5 : 1)) rows.push_back(r);
+  for (int64_t r = 399; r >= 0; r -= (r % 7 == 0 ? 5 : 1)) rows.push_back(r);
   Batch batch;
   ds.read_rows(rows, batch);
   ASSERT_EQ(batch.B, static_cast<int>(rows.size()));
@@ -234,7 +237,9 @@ TEST_F(DatasetTest, WrongRankAndDisagreeingShapes) {
 TEST_F(DatasetTest, RowLengthMustEqualMaxTargetLength) {
   write_h5(a, columns_of(ca, false));
   write_h5(b, columns_of(make_content(3, 8, 2), false));
-  EXPECT_EQ(user_error_of([&] { Dataset ds({a, b}, 6, kVocab, 16); }),
+  EXPECT_EQ(user_error_of([&] {
+              Dataset ds({a, b}, 6, kVocab, 16);
+            }),
             b + ": rows have T=8 but max_target_length is 6");
 }
 
@@ -298,7 +303,10 @@ TEST_F(DatasetTest, BadValueIsOnlySeenWhenItsRowIsRead) {
   Batch batch;
   ds.read_rows({0, 1, 2, 4}, batch);  // row 3 is never read from disk
   expect_row(batch, 3, bad, 4, false);
-  EXPECT_CONTAINS(user_error_of([&] { ds.read_rows({4, 3}, batch); }), ": /inputs row 3 position 1");
+  EXPECT_CONTAINS(user_error_of([&] {
+                    ds.read_rows({4, 3}, batch);
+                  }),
+                  ": /inputs row 3 position 1");
 }
 
 }  // namespace

@@ -91,10 +91,9 @@ TEST(ParseExample, BadLinesSayWhatIsWrong) {
   EXPECT_CONTAINS(
       user_error_of([] { parse_example(R"({"messages": [{"role": "user", "content": "x"}]})"); }),
       "no assistant turn");
-  EXPECT_CONTAINS(user_error_of([] {
-                    parse_example(R"({"prompt": "a", "completion": "b", "messages": []})");
-                  }),
-                  "use one form");
+  EXPECT_CONTAINS(
+      user_error_of([] { parse_example(R"({"prompt": "a", "completion": "b", "messages": []})"); }),
+      "use one form");
 }
 
 TEST(RowBuilder, RowIsShiftedByOneAndPaddedWithZeroWeight) {
@@ -111,8 +110,8 @@ TEST(RowBuilder, RowIsShiftedByOneAndPaddedWithZeroWeight) {
 }
 
 TEST(RowBuilder, DropVersusTruncateForExamplesLongerThanTPlusOne) {
-  const Example fits = parse_example(R"({"prompt": "ab", "completion": "c"})");    // 5 tokens
-  const Example over = parse_example(R"({"prompt": "ab", "completion": "cd"})");   // 6 tokens
+  const Example fits = parse_example(R"({"prompt": "ab", "completion": "c"})");   // 5 tokens
+  const Example over = parse_example(R"({"prompt": "ab", "completion": "cd"})");  // 6 tokens
   RowBuilder drop({4, Overflow::kDrop, false}), cut({4, Overflow::kTruncate, false});
   for (RowBuilder* b : {&drop, &cut}) {
     b->add(fits);
@@ -157,15 +156,23 @@ class PrepareFile : public ::testing::Test {
 
 TEST_F(PrepareFile, ErrorsNameFileAndLineCountingBlankLines) {
   sftdp::test::write_file(jsonl, "{\"prompt\": \"a\", \"completion\": \"b\"}\n\n{\"prompt\": 1}\n");
-  EXPECT_CONTAINS(user_error_of([&] { prepare_jsonl(jsonl, {8, Overflow::kDrop, false}); }),
+  EXPECT_CONTAINS(user_error_of([&] {
+                    prepare_jsonl(jsonl, {8, Overflow::kDrop, false});
+                  }),
                   jsonl + ":3: \"prompt\" must be a string");
-  EXPECT_EQ(user_error_of([&] { prepare_jsonl(dir / "missing.jsonl", {8, Overflow::kDrop, false}); }),
+  EXPECT_EQ(user_error_of([&] {
+              prepare_jsonl(dir / "missing.jsonl", {8, Overflow::kDrop, false});
+            }),
             dir / "missing.jsonl" + ": not found");
   sftdp::test::write_file(jsonl, "\n  \n");
-  EXPECT_CONTAINS(user_error_of([&] { prepare_jsonl(jsonl, {8, Overflow::kDrop, false}); }),
+  EXPECT_CONTAINS(user_error_of([&] {
+                    prepare_jsonl(jsonl, {8, Overflow::kDrop, false});
+                  }),
                   "no examples");
   sftdp::test::write_file(jsonl, "{\"prompt\": \"abcdefgh\", \"completion\": \"ijk\"}\r\n");
-  EXPECT_CONTAINS(user_error_of([&] { prepare_jsonl(jsonl, {8, Overflow::kDrop, false}); }),
+  EXPECT_CONTAINS(user_error_of([&] {
+                    prepare_jsonl(jsonl, {8, Overflow::kDrop, false});
+                  }),
                   "no rows left: all 1 examples are longer than");
   EXPECT_EQ(prepare_jsonl(jsonl, {8, Overflow::kTruncate, false}).rows.rows, 1);  // CRLF is fine
 }

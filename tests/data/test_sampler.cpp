@@ -83,7 +83,7 @@ TEST(Sampler, ShuffleMatchesGoldenValues) {
   // were cross-checked with an independent Python implementation of the same algorithm.
   Sampler s(10, 10, true, 1234);
   const std::vector<int64_t> epoch0 = {8, 3, 5, 2, 6, 1, 7, 9, 4, 0},
-                              epoch1 = {8, 4, 3, 6, 5, 2, 7, 0, 9, 1};
+                             epoch1 = {8, 4, 3, 6, 5, 2, 7, 0, 9, 1};
   EXPECT_EQ(s.step_rows(0, 0), epoch0);
   EXPECT_EQ(s.step_rows(1, 0), epoch1);
   EXPECT_EQ(s.step_rows(0, 0), epoch0);  // going back to an earlier epoch recomputes it

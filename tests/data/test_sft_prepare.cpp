@@ -32,7 +32,8 @@ TEST_F(SftPrepare, GoodFileExitsZeroAndIsReadableByDataset) {
   const auto r = prepare("--max-length 16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "3 examples, 2 rows of T=16");
-  EXPECT_CONTAINS(r.output, "dropped (longer than 17 tokens): 1, truncated: 0, completion tokens: 7");
+  EXPECT_CONTAINS(r.output,
+                  "dropped (longer than 17 tokens): 1, truncated: 0, completion tokens: 7");
 
   sftdp::data::Dataset ds({h5}, 16, sftdp::data::tok::kVocabSize, 16);
   ASSERT_EQ(ds.rows(), 2);
