@@ -143,11 +143,12 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
         model.forward_backward(batch);
       }
     } catch (const UserError& e) {
-      // Only this rank read the bad row: it speaks for the job and ends every rank with exit 2.
+      // Only this rank read the bad row: it speaks for the job and ends every rank with exit 2
+      // (on one rank, main prints it and exits 2 cleanly).
+      if (comm.world() == 1) throw;
       std::fprintf(stderr, "sft_train: error: %s\n", e.what());
       std::fflush(stderr);
-      if (comm.world() > 1) comm.abort(2);
-      throw;
+      comm.abort(2);
     }
     // One allreduce: gradient sums, loss sum and weight sum together.
     comm.allreduce_sum(model.grads(), model.grad_buffer_floats());
