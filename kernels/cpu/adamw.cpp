@@ -20,7 +20,8 @@ inline void adamw_element(float& p, float& m, float& v, float g, float b1, float
   m = b1 * m + (1.0f - b1) * g;
   v = b2 * v + (1.0f - b2) * g * g;
   const float m_hat = m * inv_bc1, v_hat = v * inv_bc2;
-  p -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p);
+  // fabs is a no-op (v_hat >= 0) that lets GCC drop sqrt's errno branch and vectorise
+  p -= lr * (m_hat / (std::sqrt(std::fabs(v_hat)) + eps) + wd * p);
 }
 }  // namespace
 

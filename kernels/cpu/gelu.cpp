@@ -23,13 +23,14 @@ void gelu_fwd(float* out, const float* inp, size_t N) {  // (N) (N)
     for (size_t i = lo; i < hi; ++i) {
       const float x = inp[i];
       const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-      out[i] = 0.5f * x * (1.0f + vec_tanh(u));
+      out[i] = x * vec_sigmoid(2.0f * u);  // = 0.5·x·(1 + tanh u)
     }
   }
 }
 
-// d/dx [0.5·x·(1 + tanh u)] = 0.5·(1 + tanh u) + 0.5·x·(1 − tanh²u)·u'(x),
-// u'(x) = √(2/π)·(1 + 3·0.044715·x²).
+// With s = σ(2u) = 0.5·(1 + tanh u): d/dx [x·s] = s + 2·x·s·(1 − s)·u'(x),
+// u'(x) = √(2/π)·(1 + 3·0.044715·x²). 1 − s is computed as σ(−2u), never by subtraction, so
+// the far negative tail keeps its relative accuracy.
 void gelu_bwd(float* dinp, const float* inp, const float* dout, size_t N) {  // (N) = ; (N) (N)
   const long long n_blocks = static_cast<long long>((N + kBlock - 1) / kBlock);
 #pragma omp parallel for schedule(static)
@@ -38,9 +39,9 @@ void gelu_bwd(float* dinp, const float* inp, const float* dout, size_t N) {  // 
     for (size_t i = lo; i < hi; ++i) {
       const float x = inp[i];
       const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-      const float th = vec_tanh(u);
+      const float s = vec_sigmoid(2.0f * u), one_minus_s = vec_sigmoid(-2.0f * u);
       const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-      const float local_grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
+      const float local_grad = s + 2.0f * x * s * one_minus_s * du_dx;
       dinp[i] = local_grad * dout[i];
     }
   }

@@ -1,11 +1,12 @@
-// kernels/cpu/vec_math.h — exp and tanh written as plain, branch-free float code so that GCC
+// kernels/cpu/vec_math.h — exp and sigmoid written as plain, branch-free float code so that GCC
 // vectorises the loops that call them (glibc's expf/tanhf only vectorise under -ffast-math).
-// Private to kernels/cpu. Accuracy: exp within ~2 ulp of expf over [-87, 88]; exactly 0 below
-// -87.33 (where expf is denormal or 0) and clamped to 2^127·e^... at the top; tanh within ~1e-7
-// absolute. The result depends only on the argument, never on the thread count.
+// Private to kernels/cpu. Accuracy: exp within ~2 ulp of expf over [-87.33, 88.37], exactly 0
+// below (where expf is denormal or 0) and +inf above; sigmoid within a few ulp (relative).
+// The result depends only on the argument, never on the thread count.
 #pragma once
 #include <bit>
 #include <cstdint>
+#include <limits>
 
 namespace sftdp::cpu {
 
@@ -28,10 +29,13 @@ inline float vec_exp(float x) {
   const float er = p * r * r + r + 1.0f;
   const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
   const float y = er * two_n;
-  return x < -87.33f ? 0.0f : y;  // select, not branch: keeps the loop vectorisable
+  // selects, not branches: they keep the calling loop vectorisable
+  const float high = x > 88.37f ? std::numeric_limits<float>::infinity() : y;
+  return x < -87.33f ? 0.0f : high;
 }
 
-// tanh(u) = 1 − 2 / (e^{2u} + 1): saturates cleanly to ±1 (e^{2u} → 0 or huge).
-inline float vec_tanh(float u) { return 1.0f - 2.0f / (vec_exp(2.0f * u) + 1.0f); }
+// σ(z) = 1 / (1 + e^{−z}); saturates to exactly 1 and 0, with no cancellation anywhere.
+// GELU uses it because 0.5·(1 + tanh u) = σ(2u) and 1 − tanh²u = 4·σ(2u)·(1 − σ(2u)).
+inline float vec_sigmoid(float z) { return 1.0f / (1.0f + vec_exp(-z)); }
 
 }  // namespace sftdp::cpu
