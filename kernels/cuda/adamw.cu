@@ -15,15 +15,15 @@ namespace {
 constexpr int kBlock = 256;
 
 __global__ void adamw_kernel(float* params, float* m, float* v, const float* grads, size_t N, size_t n_decay,
-                             float lr, float b1, float b2, float eps, float weight_decay, float bias_correction1,
-                             float bias_correction2, float grad_scale) {
+                             float lr, float b1, float b2, float eps, float weight_decay, float inv_bias_correction1,
+                             float inv_bias_correction2, float grad_scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < N;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float g = grads[i] * grad_scale;
     const float mi = b1 * m[i] + (1.f - b1) * g;
     const float vi = b2 * v[i] + (1.f - b2) * g * g;
-    const float m_hat = mi / bias_correction1;
-    const float v_hat = vi / bias_correction2;
+    const float m_hat = mi * inv_bias_correction1;
+    const float v_hat = vi * inv_bias_correction2;
     const float decay = i < n_decay ? weight_decay : 0.f;
     const float p = params[i];
     params[i] = p - lr * (m_hat / (sqrtf(v_hat) + eps) + decay * p);
@@ -39,11 +39,12 @@ void adamw_update(float* params, float* m, float* v, const float* grads, size_t 
   SFTDP_ASSERT(t >= 1, "adamw_update: the step t is 1-based (got " + std::to_string(t) + ")");
   SFTDP_ASSERT(n_decay <= N, "adamw_update: n_decay exceeds N");
   if (N == 0) return;
-  const float bias_correction1 = 1.f - std::pow(b1, static_cast<float>(t));
-  const float bias_correction2 = 1.f - std::pow(b2, static_cast<float>(t));
+  // 1 / (1 − βᵗ) in fp64, then rounded once (as the CPU twin does).
+  const auto inv_bias_correction1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b1), t)));
+  const auto inv_bias_correction2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b2), t)));
   adamw_kernel<<<elementwise_blocks(N, kBlock), kBlock, 0, stream>>>(params, m, v, grads, N, n_decay, lr, b1, b2,
-                                                                      eps, weight_decay, bias_correction1,
-                                                                      bias_correction2, grad_scale);
+                                                                      eps, weight_decay, inv_bias_correction1,
+                                                                      inv_bias_correction2, grad_scale);
   CHECK_LAUNCH();
 }
 

@@ -1,6 +1,6 @@
 // kernels/cuda/gelu.cu — GELU, tanh form (GPT-2), on the GPU (kernels/gelu.h). N elements.
-// Accumulation: dinp = (overwritten). Accurate tanhf/coshf (no fast-math intrinsics), so results
-// track the CPU twin to a few ulp.
+// Accumulation: dinp = (overwritten). Accurate expf and IEEE division (no fast-math intrinsics),
+// so results track the CPU twin to a few ulp.
 #include "kernels/cuda/common.cuh"
 #include "kernels/gelu.h"
 
@@ -11,26 +11,28 @@ constexpr int kBlock = 256;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;  // √(2/π)
 constexpr float kCubic = 0.044715f;
 
+// σ(z) = 1 / (1 + e^{−z}): saturates to exactly 0 and 1, no cancellation (the form the CPU twin
+// uses, so both keep relative accuracy in GELU's far negative tail, where 1 + tanh u cancels).
+__device__ __forceinline__ float sigmoid(float z) { return 1.f / (1.f + expf(-z)); }
+
 __global__ void gelu_fwd_kernel(float* out, const float* inp, size_t N) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < N;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i];
-    out[i] = 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    out[i] = x * sigmoid(2.f * kSqrt2OverPi * (x + kCubic * x * x * x));  // = 0.5·x·(1 + tanh u)
   }
 }
 
-// d/dx [0.5·x·(1 + tanh(u))] with u = √(2/π)(x + 0.044715x³):
-//   0.5·(1 + tanh u) + 0.5·x·sech²(u)·√(2/π)(1 + 3·0.044715·x²).
+// With s = σ(2u) = 0.5·(1 + tanh u), u = √(2/π)(x + 0.044715x³):
+//   d/dx [x·s] = s + 2·x·s·(1 − s)·√(2/π)(1 + 3·0.044715·x²), where 1 − s = σ(−2u).
 __global__ void gelu_bwd_kernel(float* dinp, const float* inp, const float* dout, size_t N) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < N;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i];
     const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    const float tanh_u = tanhf(u);
-    const float cosh_u = coshf(u);
-    const float sech2 = 1.f / (cosh_u * cosh_u);
-    const float local = 0.5f * (1.f + tanh_u) + x * 0.5f * sech2 * kSqrt2OverPi * (1.f + 3.f * kCubic * x * x);
-    dinp[i] = local * dout[i];
+    const float s = sigmoid(2.f * u), one_minus_s = sigmoid(-2.f * u);
+    const float du_dx = kSqrt2OverPi * (1.f + 3.f * kCubic * x * x);
+    dinp[i] = (s + 2.f * x * s * one_minus_s * du_dx) * dout[i];
   }
 }
 
