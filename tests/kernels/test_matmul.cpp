@@ -104,6 +104,23 @@ TEST(Matmul, NullBiasGradientIsAllowed) {
   EXPECT_TRUE(bitwise_equal(dw, dw_with_bias));
 }
 
+// GEMMs are split into fixed output blocks shared by OpenMP threads: same bits for any count.
+TEST(Matmul, IsBitwiseIdenticalForOneAndTwoThreads) {
+  const int N = 64, IC = 256, OC = 1000;
+  const auto inp = uniform(N * IC, 81), w = uniform(OC * IC, 82), b = uniform(OC, 83);
+  const auto dout = uniform(N * OC, 84);
+  auto run = [&](int threads) {
+    std::vector<float> out(N * OC), dinp(N * IC), dw(OC * IC, 0.5f), db(OC, 0.5f);
+    with_threads(threads, [&] {
+      cpu::matmul_fwd(out.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+      cpu::matmul_bwd(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    });
+    for (auto* v : {&dinp, &dw, &db}) out.insert(out.end(), v->begin(), v->end());
+    return out;
+  };
+  EXPECT_TRUE(bitwise_equal(run(1), run(2)));
+}
+
 TEST(MatmulDeathTest, BadShapeDiesWithMessage) {
   std::vector<float> buf(16, 1.f);
   EXPECT_EXIT(cpu::matmul_fwd(buf.data(), buf.data(), buf.data(), nullptr, 0, 4, 4),
