@@ -71,7 +71,6 @@ int main() {
   const auto ln_w = random_floats(C, 10, 0.5f, 1.5f);
   const auto qkv = random_floats(static_cast<size_t>(N) * 3 * C, 11);
   const auto h = random_floats(static_cast<size_t>(N) * F, 12, -3.f, 3.f);
-  // before any matmul call: matmul_fwd switches OpenBLAS to one thread (OpenMP splits instead)
   const double blas_gflops = bench::sgemm_gflops(N, V, C);
   if (!validate(x, wte, targets, weights)) return 1;
 

@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -41,12 +42,15 @@ std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t hi) {
 double sgemm_gflops(int M, int N, int K, int reps) {
   const auto a = random_floats(static_cast<size_t>(M) * K, 1), b = random_floats(static_cast<size_t>(N) * K, 2);
   std::vector<float> c(static_cast<size_t>(M) * N);
+  const int previous_threads = openblas_get_num_threads();
+  openblas_set_num_threads(omp_get_max_threads());
   const double ms = median_ms(
       [&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(),
                     K, 0.0f, c.data(), N);
       },
       reps, 1);
+  openblas_set_num_threads(previous_threads);
   return 2.0 * M * N * K / (ms * 1e6);
 }
 

@@ -19,8 +19,10 @@ double median_ms(const std::function<void()>& fn, int reps = 10, int warmup = 2)
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
 std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t hi);
 
-// Throughput of cblas_sgemm on this machine, GFLOP/s (2·M·N·K flops per call), for the
-// matmul_fwd call C(M,N) = A(M,K)·B(N,K)ᵀ; median over reps, threads as OpenBLAS is configured.
+// Throughput of plain cblas_sgemm on this machine, GFLOP/s (2·M·N·K flops per call), for the
+// matmul_fwd call C(M,N) = A(M,K)·B(N,K)ᵀ; median over reps. OpenBLAS runs its own threads,
+// as many as OpenMP would use, for the measurement only (the CPU matmul kernel pins OpenBLAS to
+// one thread and splits GEMMs over OpenMP instead); the previous setting is restored.
 double sgemm_gflops(int M, int N, int K, int reps = 5);
 
 // Prints "check <what>: max |err| <err> (tolerance <tol>) OK|FAILED" and returns err <= tol.
