@@ -18,11 +18,17 @@ say() { echo "slurm_cluster: $*"; }
 die() { echo "slurm_cluster: error: $*" >&2; exit "${2:-1}"; }
 
 # --- PIDs: recorded at start, checked against /proc/PID/comm so a recycled PID is never signalled ---
+alive() {  # alive PID: exists and is not a zombie
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ ${stat##*) } != Z* ]]
+}
+
 pid_of() {  # pid_of NAME -> prints the PID if that daemon is alive
   local f="$DIR/pids/$1.pid" pid
   [[ -s $f ]] || return 1
   pid="$(<"$f")"
-  [[ -r /proc/$pid/comm && "$(</proc/"$pid"/comm)" == "$1" ]] || return 1
+  [[ -r /proc/$pid/comm && "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$1" ]] && alive "$pid" || return 1
   echo "$pid"
 }
 
@@ -176,8 +182,8 @@ stop_daemons() {
     pid="$(pid_of "$d")" || { rm -f "$DIR/pids/$d.pid"; continue; }
     kill -TERM "$pid" 2>/dev/null || true
     local deadline=$((SECONDS + 10))
-    while [[ -e /proc/$pid ]] && ((SECONDS < deadline)); do sleep 0.1; done
-    [[ -e /proc/$pid ]] && kill -KILL "$pid" 2>/dev/null || true
+    while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
+    alive "$pid" && kill -KILL "$pid" 2>/dev/null || true
     rm -f "$DIR/pids/$d.pid"
     [[ -n $quiet ]] || say "stopped $d (pid $pid)"
   done
