@@ -133,7 +133,7 @@ wait_for() {  # wait_for SECONDS DAEMON WHAT CMD... : polls CMD every 0.2 s whil
   local deadline=$((SECONDS + limit))
   until "$@" >/dev/null 2>&1; do
     ((SECONDS < deadline)) || return 1
-    pid_of "$daemon" >/dev/null || { echo "slurm_cluster: $daemon exited" >&2; return 1; }
+    alive "$(<"$DIR/pids/$daemon.pid")" || { echo "slurm_cluster: $daemon exited" >&2; return 1; }
     sleep 0.2
   done
   say "$what"
