@@ -28,11 +28,23 @@ cublasLtHandle_t lt_handle() {
   return handle;
 }
 
-// Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic assumes 256 unless told.
+// Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic assumes 256 unless told,
+// and an algorithm picked for more alignment than the data has may fail or read out of place.
 uint32_t alignment_of(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
   uint32_t alignment = 256;
   while (alignment > 1 && address % alignment != 0) alignment >>= 1;
+  return alignment;
+}
+
+// Alignment cuBLASLt may assume for every matrix of a strided batch: that of the first pointer,
+// and of the batch stride in bytes when there is more than one matrix.
+uint32_t batch_alignment(const void* p, int64_t stride_elems, size_t elem_bytes, int batch) {
+  uint32_t alignment = alignment_of(p);
+  if (batch > 1) {
+    const auto stride_bytes = static_cast<uint64_t>(stride_elems) * elem_bytes;
+    while (alignment > 1 && stride_bytes % alignment != 0) alignment >>= 1;
+  }
   return alignment;
 }
 
@@ -109,11 +121,21 @@ struct CachedAlgo {
   cublasLtMatmulAlgo_t algo{};
 };
 
+struct Alignments {
+  uint32_t a, b, c;
+};
+Alignments alignments_of(const LtCall& call) {
+  const size_t ab_bytes = call.ab_type == CUDA_R_16BF ? 2 : 4;
+  return {batch_alignment(call.a, call.stride_a, ab_bytes, call.batch),
+          batch_alignment(call.b, call.stride_b, ab_bytes, call.batch),
+          batch_alignment(call.c, call.stride_c, sizeof(float), call.batch)};
+}
+
 AlgoKey key_of(const LtCall& call, bool epilogue) {
+  const Alignments al = alignments_of(call);
   return {call.trans_a, call.trans_b, call.m, call.n, call.k, call.lda, call.ldb, call.ldc,
           call.stride_a, call.stride_b, call.stride_c, call.batch, static_cast<int64_t>(call.ab_type),
-          epilogue, alignment_of(call.a), alignment_of(call.b), alignment_of(call.c),
-          static_cast<int64_t>(kWorkspaceBytes)};
+          epilogue, al.a, al.b, al.c, static_cast<int64_t>(kWorkspaceBytes)};
 }
 
 // The heuristic's first choice for this call, cached (the heuristic is deterministic, so the cache
@@ -127,15 +149,15 @@ const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs, bool epilog
   const uint64_t workspace = kWorkspaceBytes;
   CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                     sizeof(workspace)));
-  const uint32_t align_a = alignment_of(call.a), align_b = alignment_of(call.b), align_c = alignment_of(call.c);
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                    sizeof(align_a)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                    sizeof(align_b)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                                    sizeof(align_c)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                                    sizeof(align_c)));
+  const Alignments al = alignments_of(call);
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al.a,
+                                                    sizeof(al.a)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al.b,
+                                                    sizeof(al.b)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al.c,
+                                                    sizeof(al.c)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al.c,
+                                                    sizeof(al.c)));
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_handle(), descs.op, descs.a, descs.b, descs.c,
