@@ -1,8 +1,10 @@
 // tests/kernels/test_cuda_vs_cpu.cpp — every non-GEMM CUDA kernel against its CPU twin through the
-// two Ops tables: GELU, residual, LayerNorm, encoder, cross-entropy, AdamW, sum of squares. Random
-// inputs at several shapes (odd sizes, a vocabulary that is a multiple of nothing), outputs
-// poisoned with NaN (or, for += outputs, preset to random values) before each launch, fp32
-// agreement within 1e-5 relative, and two CUDA runs bitwise equal. Skips without a device.
+// two Ops tables (GELU, residual, LayerNorm, encoder, cross-entropy, AdamW, sum of squares), and
+// the table's memory entries. Random inputs at several shapes (odd sizes, a vocabulary that is a
+// multiple of nothing), outputs poisoned with NaN (or, for += outputs, preset to random values)
+// before each launch, fp32 agreement within 1e-5 relative, two CUDA runs bitwise equal. Skips
+// without a device.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -14,6 +16,23 @@ namespace {
 
 using Outputs = std::vector<std::vector<float>>;
 constexpr double kFp32Rel = 1e-5;
+
+// ---- memory entries of the table -----------------------------------------------------------------
+TEST(CudaOpsMemory, AllocZeroFillsAndCopiesRoundTrip) {
+  SFTDP_REQUIRE_CUDA(ops);
+  const size_t n = 1000003;
+  DeviceBuffer<float> a(*ops, n), b(*ops, n);
+  EXPECT_TRUE(bitwise_equal(a.download(), std::vector<float>(n, 0.f)));  // alloc is zero-filled
+  const auto x = uniform(n, 81);
+  a.upload(x);
+  ops->copy(b.get(), a.get(), n * sizeof(float));
+  ops->zero(b.get() + 5, 10 * sizeof(float));
+  ops->synchronize();
+  std::vector<float> expected = x;
+  std::fill(expected.begin() + 5, expected.begin() + 15, 0.f);
+  EXPECT_TRUE(bitwise_equal(b.download(), expected));
+  EXPECT_TRUE(bitwise_equal(a.download(), x));
+}
 
 // ---- GELU and residual -------------------------------------------------------------------------
 class CudaPointwise : public ::testing::TestWithParam<size_t> {};
