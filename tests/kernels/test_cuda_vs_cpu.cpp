@@ -2,8 +2,7 @@
 // two Ops tables (GELU, residual, LayerNorm, encoder, cross-entropy, AdamW, sum of squares), and
 // the table's memory entries. Random inputs at several shapes (odd sizes, a vocabulary that is a
 // multiple of nothing), outputs poisoned with NaN (or, for += outputs, preset to random values)
-// before each launch, fp32 agreement within 1e-5 relative, two CUDA runs bitwise equal. Skips
-// without a device.
+// before each launch, fp32 within 1e-5 relative, two CUDA runs bitwise equal; skips without a GPU.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
