@@ -15,7 +15,7 @@ PACKAGES=(munge slurmctld slurmd slurm-client)
 DAEMONS=(slurmd slurmctld munged)      # stop order
 
 say() { echo "slurm_cluster: $*"; }
-die() { echo "slurm_cluster: error: $*" >&2; exit "${2:-1}"; }
+die() { echo "slurm_cluster: error: $1" >&2; exit "${2:-1}"; }
 
 # --- PIDs: recorded at start, checked against /proc/PID/comm so a recycled PID is never signalled ---
 alive() {  # alive PID: exists and is not a zombie
@@ -111,6 +111,7 @@ KillWait=30
 MailProg=/bin/true
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
+TmpFS=$DIR/tmp
 SlurmctldPidFile=$DIR/run/slurmctld.pid
 SlurmdPidFile=$DIR/run/slurmd.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
@@ -150,7 +151,9 @@ start() {
     return 0
   fi
   stop_daemons quiet  # leftovers of a half-started cluster
+  [[ -f $DIR/slurm.conf ]] && stop_stray_jobs
   install -d -m 755 "$DIR" "$DIR/log" "$DIR/pids" "$DIR/run" "$DIR/state" "$DIR/spool" "$DIR/dev"
+  install -d -m 1777 "$DIR/tmp"  # TmpFS: mpi/pmix's per-step dirs, named by job id, stay per cluster
   install_slurm
   install -d -m 755 -o munge -g munge "$DIR/munge"  # munged: socket dir must be o+x
   if [[ ! -s $DIR/munge/munge.key ]]; then
@@ -189,6 +192,35 @@ stop_daemons() {
   done
 }
 
+# Job processes left behind when a job could not end before the daemons stopped: slurmstepd
+# inherits SLURM_CONF from our slurmd, and the tasks and batch shells run below it.
+stray_job_pids() {
+  local step
+  for step in $(pgrep -x slurmstepd); do
+    tr '\0' '\n' 2>/dev/null <"/proc/$step/environ" | grep -qx "SLURM_CONF=$DIR/slurm.conf" || continue
+    echo "$step"
+    descendants "$step"
+  done
+}
+
+descendants() {
+  local child
+  for child in $(ps -o pid= --ppid "$1"); do echo "$child"; descendants "$child"; done
+}
+
+stop_stray_jobs() {
+  local pids=() pid
+  mapfile -t pids < <(stray_job_pids)
+  ((${#pids[@]})) || return 0
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  local deadline=$((SECONDS + 5))
+  for pid in "${pids[@]}"; do
+    while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
+    alive "$pid" && kill -KILL "$pid" 2>/dev/null || true
+  done
+  say "stopped ${#pids[@]} job process(es) left behind: ${pids[*]}"
+}
+
 stop() {
   if [[ -f $DIR/slurm.conf ]] && pid_of slurmctld >/dev/null; then
     export SLURM_CONF="$DIR/slurm.conf"
@@ -204,6 +236,7 @@ stop() {
     fi
   fi
   stop_daemons
+  stop_stray_jobs
   rm -f "$DIR/env"
   say "stopped; state left in $DIR"
 }

@@ -55,6 +55,22 @@ class SlurmCluster:
                     pids[name] = int(f.read().strip())
         return pids
 
+    def job_processes(self):
+        """Live slurmstepd processes of this cluster (they inherit SLURM_CONF from its slurmd)."""
+        marker = f"SLURM_CONF={os.path.join(self.state_dir, 'slurm.conf')}".encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() != "slurmstepd":
+                        continue
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0") and pid_alive(int(entry)):
+                        found.append(int(entry))
+            except (OSError, ValueError):
+                pass
+        return found
+
     def stop(self):
         if self.stopped:
             return

@@ -91,6 +91,16 @@ for script, env, header in (("single_node_gpu.sbatch", {}, "2 task(s), GPUs 0,1"
         same_metrics(f"{d}/out/{name}", f"{d}/out/mpi2", f"{script} vs mpirun")
         c.check(header in job_log(fields), f"{script}: the job's header line has '{header}'")
 
+# 2b. Slurm 22.05's srun exits 0 when it cannot launch the tasks; the scripts turn that into a
+# failure. Provoked the way it happened here: mpi/pmix finds its per-step directory already there.
+next_id = int(cluster.cmd("scontrol", "show", "config").split("NEXT_JOB_ID")[1].split("=")[1].split()[0])
+os.makedirs(os.path.join(cluster.state_dir, "tmp", f"spmix_appdir_{os.getuid()}_{next_id}.0"))
+job_id, fields = run_job("cpu.sbatch", ["--ntasks=2"], ["run_name=unlaunched"])
+c.check(job_id == str(next_id), f"the job got the predicted id {next_id} (got {job_id})")
+c.check(fields.get("JobState") == "FAILED" and fields.get("ExitCode") == "1:0",
+        f"a job whose tasks were never launched fails: {fields.get('JobState')} {fields.get('ExitCode')}")
+c.check("srun could not launch the tasks" in job_log(fields), "the log says the tasks were not launched")
+
 # 3. Stop and resume. A model slow enough (~40 ms a step on 2 ranks) to be caught mid-run.
 slow = {"emb_dim": 128, "mlp_dim": 512, "num_heads": 4, "steps": 150, "eval_interval": 50}
 slow_args = [f"{k}={v}" for k, v in slow.items()]
@@ -144,4 +154,5 @@ pids = cluster.daemon_pids()
 cluster.stop()
 c.check(len(pids) == 3 and not any(pid_alive(p) for p in pids.values()),
         f"daemons stopped by PID: {pids}, alive: {[n for n, p in pids.items() if pid_alive(p)]}")
+c.check(not cluster.job_processes(), f"no job process left: {cluster.job_processes()}")
 c.close()
