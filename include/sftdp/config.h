@@ -49,6 +49,7 @@ struct Config {
   bool resume = true;
   // Logging
   int64_t log_period = 1;  // console line every N steps (metrics.jsonl gets every step)
+  int64_t param_check_period = 100;  // every N steps ranks compare a parameter checksum; 0 = off
 
   // The YAML text that reproduces this config (every key, resolved); stored in checkpoints.
   std::string to_yaml() const;

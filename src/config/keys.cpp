@@ -141,6 +141,7 @@ const std::vector<KeySpec>& all_keys() {
       {"keep_checkpoints", "Checkpoints", &Config::keep_checkpoints},
       {"resume", "Checkpoints", &Config::resume},
       {"log_period", "Logging", &Config::log_period},
+      {"param_check_period", "Logging", &Config::param_check_period},
   };
   return keys;
 }

@@ -18,6 +18,7 @@
 #include "train/device.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
+#include "train/param_check.h"
 #include "train/stop_signal.h"
 
 namespace sftdp::train {
@@ -180,6 +181,12 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
                 tokens_per_step / dt, dt * 1e3, format_eta(avg * (total_steps - state.step)).c_str());
     }
     const bool last = state.step == total_steps;
+    if (cfg.param_check_period > 0 && comm.world() > 1 &&
+        (state.step % cfg.param_check_period == 0 || last)) {
+      if (const int n = ranks_differing_from_rank0(model.params_to_host(), comm); n > 0)
+        die_internal("sftdp", "parameter check", std::to_string(n) + " rank(s) hold parameters that "
+                     "differ from rank 0's after step " + std::to_string(state.step), __FILE__, __LINE__);
+    }
     if (cfg.eval_interval > 0 && state.step % cfg.eval_interval == 0 && !last) run_eval(state.step);
 
     // Stop signal (Slurm's pre-timeout USR1, TERM): all ranks agree, then checkpoint and exit.
