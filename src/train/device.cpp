@@ -1,10 +1,32 @@
 // src/train/device.cpp — see device.h.
 #include "train/device.h"
 
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
 #include "sftdp/check.h"
 #include "sftdp/log.h"
 
 namespace sftdp::train {
+namespace {
+// CPU threads per rank when OMP_NUM_THREADS is not set: the cores this process may run on
+// (its affinity mask: Slurm's cpuset, or the whole node), shared among the ranks on this node.
+void pick_cpu_threads(const comm::MpiSession& mpi) {
+  if (std::getenv("OMP_NUM_THREADS")) return;
+  cpu_set_t set;
+  int cores = 1;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+  // Under mpirun every rank's mask is usually the whole node; under srun it is the task's share.
+  const bool whole_node = mpi.local_size() > 1 && cores >= mpi.local_size() &&
+                          cores == static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const int threads = std::max(1, whole_node ? cores / mpi.local_size() : cores);
+  omp_set_num_threads(threads);
+}
+}  // namespace
 
 Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
   Device dev;
@@ -26,6 +48,7 @@ Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
     if (cfg.weight_dtype != "float32")
       throw UserError("weight_dtype: " + cfg.weight_dtype +
                       " needs hardware=gpu; the CPU path keeps float32 weights");
+    pick_cpu_threads(mpi);
     dev.ops = &cpu_ops();
     dev.comm = comm::make_mpi_communicator();
     return dev;
