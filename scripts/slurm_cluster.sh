@@ -71,8 +71,9 @@ free_port() {
 }
 
 write_config() {
-  local host ctld_port slurmd_port gres_node=""
+  local host ctld_port slurmd_port gres_node="" first_job_id
   host="$(hostname -s)"
+  first_job_id=$(( (RANDOM * 32768 + RANDOM) % 60000000 + 1000 ))
   ctld_port="$(free_port)"
   slurmd_port="$(free_port)"
   [[ $ctld_port != "$slurmd_port" ]] || slurmd_port=$((ctld_port + 1))
@@ -89,6 +90,9 @@ write_config() {
   cat >"$DIR/slurm.conf" <<EOF
 # Written by scripts/slurm_cluster.sh: one node, everything under $DIR.
 ClusterName=sftdp
+# Job ids name PMIx namespaces and Open MPI's shared-memory files: two clusters on one machine
+# must not both count from 1, or their job 2s share those files.
+FirstJobId=$first_job_id
 SlurmctldHost=$host
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
