@@ -7,6 +7,7 @@
 #include "sftdp/comm.h"
 #include "sftdp/config.h"
 #include "sftdp/train.h"
+#include "train/stop_signal.h"
 
 static void usage(FILE* f) {
   std::fprintf(f,
@@ -23,6 +24,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   sftdp::comm::MpiSession mpi(argc, argv);
+  // Slurm's pre-timeout USR1 or a TERM that arrives while data and model load is honoured at the
+  // first step boundary instead of killing the process.
+  sftdp::train::install_stop_handlers();
   try {
     const auto cfg = sftdp::config::from_args(argc, argv);
     return sftdp::train::run(cfg, mpi);

@@ -119,7 +119,6 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     if (!metrics_file) metrics_file.emplace(paths.metrics_path, first_step);
     return &*metrics_file;
   };
-  install_stop_handlers();
 
   auto run_eval = [&](int64_t step) {
     if (!eval_data) return;
