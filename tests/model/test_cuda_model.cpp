@@ -1,0 +1,169 @@
+// tests/model/test_cuda_model.cpp — the whole GPT-2 on one GPU (model::Gpt2 on the CUDA Ops table)
+// against the same model on the CPU table: same weights and micro-batch (unequal masked rows, packed
+// segments) give the same loss sum (1e-5), weight sum (exact) and gradient sums (1e-4 per tensor);
+// GA 1 equals GA 4 on the GPU; three training steps run twice are bitwise equal; bf16 GEMM inputs
+// keep the loss within 1e-2 of fp32. Every test skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "common/test_util.h"
+#include "kernels/ops.h"
+#include "kernels/test_cuda_util.h"
+#include "model/model_fixtures.h"
+#include "sftdp/config.h"
+#include "sftdp/model.h"
+#include "sftdp/optim.h"
+
+namespace sftdp::test {
+namespace {
+
+constexpr int kT = 12;  // tiny_dims().maxT: every position embedding is used
+
+// GPT-2 initialisation plus uniform noise, so LayerNorm weights and biases sit at no special value.
+std::vector<float> noisy_params(const config::ModelDims& d) {
+  const auto layout = model::gpt2_layout(d);
+  std::vector<float> p;
+  model::init_params(p, layout, d, 7);
+  const auto noise = uniform(p.size(), 99, -0.05f, 0.05f);
+  for (size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+  return p;
+}
+
+// Gradient sums (with the two trailing sums) of one forward_backward per micro-batch from zero.
+std::vector<float> accumulated_grads(const Ops& ops, const config::ModelDims& d, const std::vector<float>& params,
+                                     const std::vector<data::Batch>& micro_batches) {
+  model::Gpt2 m(d, ops, micro_batches.front().B, kT);
+  m.set_params_from_host(params);
+  m.zero_grads();
+  for (const auto& b : micro_batches) m.forward_backward(b);
+  return m.grads_to_host();
+}
+
+// The slice of a gradient buffer that belongs to one parameter tensor.
+std::vector<float> tensor_of(const std::vector<float>& buffer, const model::ParamInfo& t) {
+  const auto first = buffer.begin() + static_cast<std::ptrdiff_t>(t.offset);
+  return {first, first + static_cast<std::ptrdiff_t>(t.numel)};
+}
+
+// Gradient sums normalised by the weight sum (the update's g/W), without the trailing sums.
+std::vector<float> normalised_grads(const std::vector<float>& buffer, size_t total) {
+  const double weight_sum = buffer[total + 1];
+  std::vector<float> g(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(total));
+  for (float& x : g) x = static_cast<float>(x / weight_sum);
+  return g;
+}
+
+TEST(CudaGpt2, MatchesCpuOnSameWeightsAndData) {
+  SFTDP_REQUIRE_CUDA(cuda);
+  const auto d = tiny_dims();
+  const auto params = noisy_params(d);
+  const auto layout = model::gpt2_layout(d);
+  for (bool segments : {false, true}) {
+    SCOPED_TRACE(segments ? "packed segments" : "one sequence per row");
+    const std::vector<data::Batch> batch = {random_rows(5, kT, d.V, 31, segments)};  // row 3 fully masked
+    const auto cpu = accumulated_grads(cpu_ops(), d, params, batch);
+    const auto gpu = accumulated_grads(*cuda, d, params, batch);
+    const double cpu_loss = cpu[layout.total], gpu_loss = gpu[layout.total];
+    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * cpu_loss);
+    EXPECT_EQ(gpu[layout.total + 1], cpu[layout.total + 1]);  // sums of 0, 0.5 and 1: exact in fp32
+    for (const auto& t : layout.tensors) {
+      EXPECT_LE(max_rel_diff(tensor_of(gpu, t), tensor_of(cpu, t)), 1e-4) << t.name;
+    }
+
+    // The evaluation path (forward only) agrees too.
+    model::Gpt2 cpu_model(d, cpu_ops(), 5, kT), gpu_model(d, *cuda, 5, kT);
+    cpu_model.set_params_from_host(params);
+    gpu_model.set_params_from_host(params);
+    const auto cpu_eval = cpu_model.forward(batch.front()), gpu_eval = gpu_model.forward(batch.front());
+    EXPECT_NEAR(gpu_eval.loss_sum, cpu_eval.loss_sum, 1e-5 * cpu_eval.loss_sum);
+    EXPECT_EQ(gpu_eval.weight_sum, cpu_eval.weight_sum);
+  }
+}
+
+// SPEC §1 on the GPU: 8 rows as one micro-batch or as 4 micro-batches of 2 give the same normalised
+// loss and gradients (the rows hold very different token counts; some are fully masked).
+TEST(CudaGpt2, GradientAccumulationIsOneBigBatch) {
+  SFTDP_REQUIRE_CUDA(cuda);
+  const auto d = tiny_dims();
+  const auto params = noisy_params(d);
+  const size_t total = model::gpt2_layout(d).total;
+  for (bool segments : {false, true}) {
+    SCOPED_TRACE(segments ? "packed segments" : "one sequence per row");
+    const auto rows = random_rows(8, kT, d.V, 2024, segments);
+    std::vector<data::Batch> quarters;
+    for (int q = 0; q < 4; ++q) quarters.push_back(slice_rows(rows, 2 * q, 2 * q + 2));
+    const auto ga1 = accumulated_grads(*cuda, d, params, {rows});
+    const auto ga4 = accumulated_grads(*cuda, d, params, quarters);
+    const double loss1 = ga1[total] / ga1[total + 1], loss4 = ga4[total] / ga4[total + 1];
+    EXPECT_EQ(ga4[total + 1], ga1[total + 1]);
+    EXPECT_NEAR(loss4, loss1, 1e-6 * loss1);
+    EXPECT_LE(max_rel_diff(normalised_grads(ga4, total), normalised_grads(ga1, total)), 1e-5);
+  }
+}
+
+struct TrainedState {
+  std::vector<float> params, m, v;
+  std::vector<double> losses, grad_norms;
+};
+
+// Three optimizer steps (two micro-batches each) from `params` with fresh moments.
+TrainedState train_three_steps(const Ops& ops, const config::ModelDims& d, const std::vector<float>& params) {
+  config::Config cfg;  // AdamW defaults, clipping at 1.0
+  model::Gpt2 m(d, ops, 3, kT);
+  m.set_params_from_host(params);
+  optim::AdamW opt(m);
+  TrainedState s;
+  for (int step = 1; step <= 3; ++step) {
+    m.zero_grads();
+    const auto rows = random_rows(6, kT, d.V, 500 + step, /*segments=*/true);
+    m.forward_backward(slice_rows(rows, 0, 3));
+    m.forward_backward(slice_rows(rows, 3, 6));
+    const auto stats = opt.apply(cfg, 1e-3, step);
+    s.losses.push_back(stats.loss);
+    s.grad_norms.push_back(stats.grad_norm);
+  }
+  s.params = m.params_to_host();
+  opt.moments_to_host(s.m, s.v);
+  return s;
+}
+
+TEST(CudaGpt2, TwoRunsAreBitwiseEqual) {
+  SFTDP_REQUIRE_CUDA(cuda);
+  const auto d = tiny_dims();
+  const auto params = noisy_params(d);
+  const auto first = train_three_steps(*cuda, d, params), second = train_three_steps(*cuda, d, params);
+  EXPECT_FALSE(bitwise_equal(first.params, params)) << "the three steps changed no parameter";
+  EXPECT_TRUE(bitwise_equal(second.params, first.params));
+  EXPECT_TRUE(bitwise_equal(second.m, first.m));
+  EXPECT_TRUE(bitwise_equal(second.v, first.v));
+  EXPECT_EQ(second.losses, first.losses);
+  EXPECT_EQ(second.grad_norms, first.grad_norms);
+}
+
+// bf16 GEMM inputs (fp32 accumulation): the loss stays within 1e-2 of fp32, and the gradients show
+// that the inputs really were rounded. The scope resets the mode to fp32 on exit.
+TEST(CudaGpt2, Bf16GemmLossCloseToFp32) {
+  SFTDP_REQUIRE_CUDA(cuda);
+  const auto d = tiny_dims();
+  const auto params = noisy_params(d);
+  const size_t total = model::gpt2_layout(d).total;
+  const std::vector<data::Batch> batch = {random_rows(5, kT, d.V, 77, /*segments=*/true)};
+  const auto fp32 = accumulated_grads(*cuda, d, params, batch);
+  std::vector<float> bf16;
+  {
+    const Bf16GemmScope bf16_gemm(true);
+    bf16 = accumulated_grads(*cuda, d, params, batch);
+  }
+  EXPECT_EQ(bf16[total + 1], fp32[total + 1]);
+  EXPECT_NEAR(bf16[total] / bf16[total + 1], fp32[total] / fp32[total + 1],
+              1e-2 * fp32[total] / fp32[total + 1]);
+  EXPECT_GT(max_rel_diff(normalised_grads(bf16, total), normalised_grads(fp32, total)), 1e-6)
+      << "bf16 mode gave fp32 gradients: GEMM inputs not rounded?";
+  // Back in fp32 mode after the scope: the fp32 result again, bit for bit.
+  EXPECT_TRUE(bitwise_equal(accumulated_grads(*cuda, d, params, batch), fp32));
+}
+
+}  // namespace
+}  // namespace sftdp::test
