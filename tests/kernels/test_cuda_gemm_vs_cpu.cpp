@@ -4,6 +4,8 @@
 // packed segments (masked probabilities exactly 0). Outputs poisoned before each launch, two CUDA
 // runs bitwise equal. Skips without a device.
 #include <cstdint>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "common/test_util.h"
@@ -21,6 +23,14 @@ struct MatmulCase {
   int N, IC, OC;
   bool bias, bf16;
 };
+// "N7_IC257_OC129", plus "_nobias" and "_bf16" (the suite prefix Fp32/ or Bf16/ says it too).
+std::string test_name(const MatmulCase& c) {
+  std::string name = shape_name({{"N", c.N}, {"IC", c.IC}, {"OC", c.OC}});
+  if (!c.bias) name += "_nobias";
+  if (c.bf16) name += "_bf16";
+  return name;
+}
+void PrintTo(const MatmulCase& c, std::ostream* os) { *os << test_name(c); }
 class CudaMatmul : public ::testing::TestWithParam<MatmulCase> {};
 
 TEST_P(CudaMatmul, ForwardAndBackwardMatchCpu) {
@@ -60,16 +70,24 @@ INSTANTIATE_TEST_SUITE_P(Fp32, CudaMatmul,
                          ::testing::Values(MatmulCase{1, 8, 3, true, false}, MatmulCase{7, 257, 129, true, false},
                                            MatmulCase{300, 64, 48, true, false},
                                            MatmulCase{64, 768, 2304, true, false},
-                                           MatmulCase{33, 100, 5003, false, false}));
+                                           MatmulCase{33, 100, 5003, false, false}),
+                         NameFromParam());
 INSTANTIATE_TEST_SUITE_P(Bf16, CudaMatmul,
                          ::testing::Values(MatmulCase{7, 257, 129, true, true}, MatmulCase{64, 768, 2304, true, true},
-                                           MatmulCase{33, 100, 5003, false, true}));
+                                           MatmulCase{33, 100, 5003, false, true}),
+                         NameFromParam());
 
 // ---- Attention ---------------------------------------------------------------------------------
 struct AttentionCase {
   int B, T, C, NH;
   bool segments;  // packed rows: nondecreasing segment ids, padding (0) at the end
 };
+std::string test_name(const AttentionCase& c) {
+  std::string name = shape_name({{"B", c.B}, {"T", c.T}, {"C", c.C}, {"NH", c.NH}});
+  if (c.segments) name += "_seg";
+  return name;
+}
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << test_name(c); }
 class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
 
 std::vector<int32_t> packed_segments(int B, int T, uint64_t seed) {
@@ -125,7 +143,8 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(AttentionCase{1, 1, 8, 2, false}, AttentionCase{2, 7, 12, 3, true},
                                            AttentionCase{2, 64, 64, 4, true}, AttentionCase{1, 130, 96, 2, false},
-                                           AttentionCase{3, 33, 48, 4, true}));
+                                           AttentionCase{3, 33, 48, 4, true}),
+                         NameFromParam());
 
 }  // namespace
 }  // namespace sftdp::test

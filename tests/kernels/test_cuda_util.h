@@ -1,12 +1,17 @@
 // tests/kernels/test_cuda_util.h — shared by the CUDA-vs-CPU kernel tests (test_cuda_*.cpp):
 // device buffers through the CUDA Ops table (plain C++, no CUDA headers), NaN poisoning so an
-// unwritten output element fails, and a tolerance relative to the reference's largest magnitude.
+// unwritten output element fails, a tolerance relative to the reference's largest magnitude, and
+// readable names for parameterised tests.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <ostream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
@@ -19,6 +24,26 @@ namespace sftdp::test {
 #define SFTDP_REQUIRE_CUDA(ops_var)                  \
   const ::sftdp::Ops* ops_var = ::sftdp::cuda_ops(); \
   if (ops_var == nullptr) GTEST_SKIP() << "no CUDA device"
+
+// Readable parameterised tests. Beside each parameter struct, `std::string test_name(const P&)`
+// builds "N7_C257" with shape_name() and `PrintTo(const P&, std::ostream*)` prints the same; then
+// INSTANTIATE_TEST_SUITE_P(..., NameFromParam()) gives gtest and ctest names with the shape in
+// them instead of "/3" or a byte dump of the struct (whose padding bytes change between builds).
+inline std::string shape_name(std::initializer_list<std::pair<const char*, long long>> fields) {
+  std::string name;  // gtest allows letters, digits and '_' in names
+  for (const auto& [key, value] : fields) {
+    if (!name.empty()) name += '_';
+    name += key;
+    name += std::to_string(value);
+  }
+  return name;
+}
+struct NameFromParam {
+  template <class P>
+  std::string operator()(const ::testing::TestParamInfo<P>& info) const {
+    return test_name(info.param);  // found by argument-dependent lookup beside P
+  }
+};
 
 // n elements of T in device memory, freed on destruction.
 template <class T>

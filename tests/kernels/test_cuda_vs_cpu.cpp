@@ -5,6 +5,8 @@
 // before each launch, fp32 within 1e-5 relative, two CUDA runs bitwise equal; skips without a GPU.
 #include <algorithm>
 #include <cstdint>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "common/test_util.h"
@@ -58,12 +60,17 @@ TEST_P(CudaPointwise, GeluAndResidualMatchCpu) {
   EXPECT_TRUE(allclose(got[1], dgelu, 1e-6, kFp32Rel));
   EXPECT_TRUE(allclose(got[2], sum, 0, 0));  // one rounding of the same sum: exact
 }
-INSTANTIATE_TEST_SUITE_P(Sizes, CudaPointwise, ::testing::Values(1, 1000, 3 * 257 * 5, 65537));
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaPointwise, ::testing::Values(1, 1000, 3 * 257 * 5, 65537),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return shape_name({{"N", static_cast<long long>(info.param)}});
+                         });
 
 // ---- LayerNorm ---------------------------------------------------------------------------------
 struct NC {
   int N, C;
 };
+std::string test_name(const NC& s) { return shape_name({{"N", s.N}, {"C", s.C}}); }
+void PrintTo(const NC& s, std::ostream* os) { *os << test_name(s); }
 class CudaLayerNorm : public ::testing::TestWithParam<NC> {};
 
 TEST_P(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
@@ -97,13 +104,20 @@ TEST_P(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
 }
 // N > 128 spans several row chunks of the dweight/dbias reduction; C not a multiple of 32.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNorm,
-                         ::testing::Values(NC{1, 768}, NC{7, 257}, NC{300, 64}, NC{1030, 33}, NC{129, 1000}));
+                         ::testing::Values(NC{1, 768}, NC{7, 257}, NC{300, 64}, NC{1030, 33}, NC{129, 1000}),
+                         NameFromParam());
 
 // ---- Encoder -----------------------------------------------------------------------------------
 struct EncoderShape {
   int B, T, C, V, maxT;
   bool positions;  // explicit position ids (packed rows) or 0..T-1
 };
+std::string test_name(const EncoderShape& s) {
+  std::string name = shape_name({{"B", s.B}, {"T", s.T}, {"C", s.C}, {"V", s.V}, {"maxT", s.maxT}});
+  if (s.positions) name += "_positions";
+  return name;
+}
+void PrintTo(const EncoderShape& s, std::ostream* os) { *os << test_name(s); }
 class CudaEncoder : public ::testing::TestWithParam<EncoderShape> {};
 
 TEST_P(CudaEncoder, ForwardAndBackwardMatchCpu) {
@@ -137,7 +151,8 @@ TEST_P(CudaEncoder, ForwardAndBackwardMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaEncoder,
                          ::testing::Values(EncoderShape{2, 5, 7, 11, 8, false}, EncoderShape{3, 64, 96, 50, 64, true},
                                            EncoderShape{4, 33, 257, 5003, 40, true},
-                                           EncoderShape{1, 300, 300, 3, 300, false}));
+                                           EncoderShape{1, 300, 300, 3, 300, false}),
+                         NameFromParam());
 
 // ---- Cross-entropy -----------------------------------------------------------------------------
 enum class Grad { kNone, kSeparate, kInPlace };
@@ -145,6 +160,14 @@ struct CrossEntropyCase {
   int N, V;
   Grad grad;
 };
+std::string test_name(const CrossEntropyCase& c) {
+  std::string name = shape_name({{"N", c.N}, {"V", c.V}});
+  if (c.grad == Grad::kNone) name += "_loss_only";
+  if (c.grad == Grad::kSeparate) name += "_grad";
+  if (c.grad == Grad::kInPlace) name += "_grad_in_place";
+  return name;
+}
+void PrintTo(const CrossEntropyCase& c, std::ostream* os) { *os << test_name(c); }
 class CudaCrossEntropy : public ::testing::TestWithParam<CrossEntropyCase> {};
 
 TEST_P(CudaCrossEntropy, SumsAndDlogitsMatchCpu) {
@@ -179,13 +202,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaCrossEntropy,
                          ::testing::Values(CrossEntropyCase{1, 7, Grad::kSeparate}, CrossEntropyCase{5, 5003, Grad::kNone},
                                            CrossEntropyCase{37, 5003, Grad::kSeparate},
                                            CrossEntropyCase{23, 50257, Grad::kInPlace},
-                                           CrossEntropyCase{600, 1031, Grad::kInPlace}));
+                                           CrossEntropyCase{600, 1031, Grad::kInPlace}),
+                         NameFromParam());
 
 // ---- AdamW and the sum of squares ----------------------------------------------------------------
 struct AdamCase {
   size_t N, n_decay;
   int t;
 };
+std::string test_name(const AdamCase& c) {
+  return shape_name({{"N", static_cast<long long>(c.N)}, {"decay", static_cast<long long>(c.n_decay)}, {"t", c.t}});
+}
+void PrintTo(const AdamCase& c, std::ostream* os) { *os << test_name(c); }
 class CudaAdamW : public ::testing::TestWithParam<AdamCase> {};
 
 TEST_P(CudaAdamW, UpdateAndSumSquaresMatchCpu) {
@@ -213,7 +241,8 @@ TEST_P(CudaAdamW, UpdateAndSumSquaresMatchCpu) {
 // 3,000,017 elements: many partial-sum blocks in the two-pass reduction.
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaAdamW,
                          ::testing::Values(AdamCase{1, 1, 1}, AdamCase{1001, 600, 1}, AdamCase{300007, 0, 7},
-                                           AdamCase{3000017, 2999000, 3}));
+                                           AdamCase{3000017, 2999000, 3}),
+                         NameFromParam());
 
 }  // namespace
 }  // namespace sftdp::test
