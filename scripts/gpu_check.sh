@@ -231,7 +231,7 @@ bench() {
   for bin in "$BUILD"/bench/bench_gpu*; do
     [ -x "$bin" ] || continue
     found=1
-    step "$(basename "$bin")" with_libs "$bin"
+    SFTDP_BENCH_OUT="$RESULTS" step "$(basename "$bin")" with_libs "$bin"  # + $RESULTS/gpu_step_<UTC>.md
   done
   [ $found = 1 ] || SUMMARY+=("skip  benchmark: no bench/bench_gpu*.cpp target in this tree")
 }
@@ -240,7 +240,7 @@ bench() {
 finish() {
   printf '%s\n' "${SUMMARY[@]}" | tee "$RESULTS/summary.txt"
   [ -n "${OUT:-}" ] || return 0
-  mkdir -p "$OUT/gpu_check" && cp "$RESULTS"/*.txt "$RESULTS"/*.log "$OUT/gpu_check/" 2>/dev/null
+  mkdir -p "$OUT/gpu_check" && cp "$RESULTS"/*.txt "$RESULTS"/*.log "$RESULTS"/*.md "$OUT/gpu_check/" 2>/dev/null
   [ -d "$RESULTS/runs" ] && find "$RESULTS/runs" -name metrics.jsonl -exec sh -c \
     'd="$1/gpu_check/$(basename "$(dirname "$2")")"; mkdir -p "$d" && cp "$2" "$d/"' _ "$OUT" {} \;
   return 0

@@ -1,0 +1,254 @@
+// bench/bench_gpu_step.cpp — one optimizer step of GPT-2 124M (L12 NH12 C768 F3072 V50257) on one GPU
+// at B=8, T=1024, with bf16 GEMM inputs and in fp32: checked first (initial loss ≈ ln V), then the
+// median step time, tokens/s, achieved TFLOP/s and MFU against cuBLAS's bf16 GEMM rate measured in
+// the same run. Prints markdown; with $SFTDP_BENCH_OUT=<dir> also writes <dir>/gpu_step_<UTC>.md.
+// Env: SFTDP_BENCH_B, SFTDP_BENCH_T, SFTDP_BENCH_STEPS. Without CUDA or a device: says so, exits 0.
+#include <cstdio>
+
+#ifndef SFTDP_WITH_CUDA
+int main() {
+  std::printf("built without CUDA\n");
+  return 0;
+}
+#else
+#define SFTDP_CHECK_CUDA_API  // CHECK_CUDA / CHECK_CUBLAS from sftdp/check.h
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "kernels/ops.h"
+#include "sftdp/check.h"
+#include "sftdp/config.h"
+#include "sftdp/model.h"
+#include "sftdp/optim.h"
+
+using namespace sftdp;
+
+namespace {
+
+constexpr config::ModelDims kGpt2_124M = {12, 12, 768, 3072, 50257, 1024};  // the gpt2-124m preset
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// Training FLOPs of one step, llm.c's and PaLM's count: per token 6·P for the parameters (each
+// weight multiplies once per token: 2 flops forward, 4 backward; P = all parameters, the tied
+// wte/LM head included; wpe, biases and LayerNorms are < 1% of P and not GEMM work) plus 12·L·C·T
+// for attention (Q·Kᵀ and att·V: 2·2·T·C per token and layer forward, ×3 for training), counting
+// the full T×T although the causal mask zeroes half of it.
+double train_flops(size_t P, const config::ModelDims& d, int B, int T) {
+  return (6.0 * static_cast<double>(P) + 12.0 * d.L * d.C * T) * B * T;
+}
+
+// bf16 bits of a finite float, rounded to nearest even.
+uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// cudaMalloc'd memory holding n random bf16 values in [-1, 1).
+void* random_bf16_device(size_t n, uint64_t seed) {
+  const auto values = bench::random_floats(n, seed);
+  std::vector<uint16_t> bits(n);
+  std::transform(values.begin(), values.end(), bits.begin(), bf16_bits);
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, n * sizeof(uint16_t)));
+  CHECK_CUDA(cudaMemcpy(p, bits.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+  return p;
+}
+
+struct GemmRates {
+  double bf16_out = 0, fp32_out = 0;  // TFLOP/s with C in bf16 / in fp32 (as the model's GEMMs)
+};
+
+// cuBLAS on C[M,N] = A[M,K]·B[N,K]ᵀ (row-major: the Linear forward; column-major TN), random bf16
+// A and B, fp32 compute; 2·M·N·K flops per call, timed with CUDA events over `reps` calls after
+// 3 warm-up calls, for each output type.
+GemmRates cublas_bf16_rates(cublasHandle_t handle, int M, int N, int K, int reps = 20) {
+  void* A = random_bf16_device(static_cast<size_t>(M) * K, 11);
+  void* B = random_bf16_device(static_cast<size_t>(N) * K, 12);
+  void* C = nullptr;
+  CHECK_CUDA(cudaMalloc(&C, static_cast<size_t>(M) * N * sizeof(float)));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  auto tflops = [&](cudaDataType out_type) {
+    const float alpha = 1.f, beta = 0.f;
+    auto gemm = [&] {
+      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16BF, K, A,
+                                CUDA_R_16BF, K, &beta, C, out_type, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    };
+    for (int i = 0; i < 3; ++i) gemm();
+    CHECK_CUDA(cudaEventRecord(start));
+    for (int i = 0; i < reps; ++i) gemm();
+    CHECK_CUDA(cudaEventRecord(stop));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    return 2.0 * M * N * K * reps / (ms * 1e-3) / 1e12;
+  };
+  GemmRates r;
+  r.bf16_out = tflops(CUDA_R_16BF);
+  r.fp32_out = tflops(CUDA_R_32F);
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  for (void* p : {A, B, C}) CHECK_CUDA(cudaFree(p));
+  return r;
+}
+
+// All positions count except a masked quarter-row prompt; random tokens.
+data::Batch random_batch(int B, int T, int V) {
+  data::Batch b;
+  b.B = B, b.T = T;
+  b.inputs = bench::random_ints(size_t(B) * T, 1, V);
+  b.targets = bench::random_ints(size_t(B) * T, 2, V);
+  b.loss_weights.assign(size_t(B) * T, 1.0f);
+  for (int r = 0; r < B; ++r)
+    for (int t = 0; t < T / 4; ++t) b.loss_weights[size_t(r) * T + t] = 0.0f;
+  return b;
+}
+
+struct StepResult {
+  bool ok = false;  // both checks passed (a failed initial-loss check skips the timing)
+  double ms = 0, initial_loss = 0, final_loss = 0;
+};
+
+// zero_grads + forward_backward + AdamW::apply + synchronize, on the same batch every step, in the
+// current GEMM mode (cuda_set_bf16_gemm).
+StepResult time_steps(const std::string& mode, const std::vector<float>& params, const data::Batch& batch,
+                      int steps) {
+  const config::ModelDims& d = kGpt2_124M;
+  const Ops& ops = *cuda_ops();
+  model::Gpt2 m(d, ops, batch.B, batch.T);
+  m.set_params_from_host(params);
+  optim::AdamW opt(m);
+  const config::Config cfg;  // AdamW defaults, clipping at 1.0
+  int t = 0;
+  optim::StepStats stats;
+  auto step = [&] {
+    m.zero_grads();
+    m.forward_backward(batch);
+    stats = opt.apply(cfg, cfg.learning_rate, ++t);
+    ops.synchronize();
+  };
+  StepResult r;
+  step();
+  r.initial_loss = stats.loss;
+  if (!bench::check(mode + " initial loss vs ln(V)", std::fabs(stats.loss - std::log(double(d.V))), 0.5)) return r;
+  r.ms = bench::median_ms(step, steps, 1);
+  r.final_loss = stats.loss;
+  // The same batch again and again: AdamW must have lowered its loss.
+  r.ok = std::isfinite(r.final_loss) && r.final_loss < r.initial_loss;
+  std::printf("check %s loss falls on a repeated batch: %.4f -> %.4f after %d steps %s\n", mode.c_str(),
+              r.initial_loss, r.final_loss, steps + 2, r.ok ? "OK" : "FAILED");
+  return r;
+}
+
+std::string utc_stamp(const char* format) {
+  const std::time_t now = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, std::gmtime(&now));
+  return buf;
+}
+
+}  // namespace
+
+int main() {
+  if (cuda_ops() == nullptr) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  const int device = cuda_select_device(0);
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  const config::ModelDims& d = kGpt2_124M;
+  const int B = env_int("SFTDP_BENCH_B", 8), T = std::min(env_int("SFTDP_BENCH_T", 1024), d.maxT);
+  const int steps = env_int("SFTDP_BENCH_STEPS", 10);
+
+  // cuBLAS's bf16 rate on this GPU now: the LM head, the MLP up and down projections over M = B·T
+  // tokens (V padded to 50304 as llm.c does), and a square product; the best is the MFU reference.
+  cublasHandle_t handle;
+  CHECK_CUBLAS(cublasCreate(&handle));
+  struct Shape {
+    const char* what;
+    int M, N, K;
+  };
+  const int tokens = B * T;
+  const Shape shapes[] = {{"LM head", tokens, 50304, d.C},
+                          {"MLP up", tokens, d.F, d.C},
+                          {"MLP down", tokens, d.C, d.F},
+                          {"square", 8192, 8192, 8192}};
+  std::ostringstream gemm_table;
+  gemm_table << "| cuBLAS bf16 GEMM | M×N×K | TFLOP/s, bf16 out | TFLOP/s, fp32 out |\n|---|---|--:|--:|\n";
+  double peak = 0;
+  for (const Shape& s : shapes) {
+    const GemmRates r = cublas_bf16_rates(handle, s.M, s.N, s.K);
+    peak = std::max({peak, r.bf16_out, r.fp32_out});
+    gemm_table << "| " << s.what << " | " << s.M << "×" << s.N << "×" << s.K << " | " << bench::fmt(r.bf16_out, 1)
+               << " | " << bench::fmt(r.fp32_out, 1) << " |\n";
+  }
+  CHECK_CUBLAS(cublasDestroy(handle));
+
+  std::vector<float> params;
+  model::init_params(params, model::gpt2_layout(d), d, 1);
+  const auto batch = random_batch(B, T, d.V);
+  const double flops = train_flops(params.size(), d, B, T);
+  std::ostringstream step_table;
+  step_table << "| GEMM inputs | ms/step | tokens/s | TFLOP/s | MFU | initial loss | loss after " << steps + 2
+             << " steps |\n|---|--:|--:|--:|--:|--:|--:|\n";
+  bool ok = true;
+  double bf16_initial = 0;
+  for (bool bf16 : {true, false}) {
+    const std::string mode = bf16 ? "bf16" : "fp32";
+    cuda_set_bf16_gemm(bf16);
+    const StepResult r = time_steps(mode, params, batch, steps);
+    cuda_set_bf16_gemm(false);
+    ok &= r.ok;
+    if (bf16) bf16_initial = r.initial_loss;
+    if (!r.ok) continue;
+    const double tflops = flops / (r.ms * 1e-3) / 1e12;
+    step_table << "| " << mode << " | " << bench::fmt(r.ms, 1) << " | " << bench::fmt(tokens / (r.ms * 1e-3), 0)
+               << " | " << bench::fmt(tflops, 1) << " | " << bench::fmt(100.0 * tflops / peak, 1) << "% | "
+               << bench::fmt(r.initial_loss, 4) << " | " << bench::fmt(r.final_loss, 4) << " |\n";
+    if (!bf16) {  // same weights and data: bf16 GEMM inputs move the loss by well under 1%
+      ok &= bench::check("bf16 vs fp32 initial loss, relative", std::fabs(bf16_initial / r.initial_loss - 1), 1e-2);
+    }
+  }
+
+  std::ostringstream report;
+  report << "# GPT-2 124M train step on one GPU, " << utc_stamp("%Y-%m-%d %H:%M UTC") << "\n\n"
+         << "Device: " << prop.name << " (" << prop.multiProcessorCount << " SMs). Model L=12 NH=12 C=768 F=3072 "
+         << "V=50257, " << params.size() << " parameters; B=" << B << ", T=" << T << " (" << tokens
+         << " tokens per step, a quarter of each row masked). Median of " << steps << " steps (zero_grads + "
+         << "forward_backward + AdamW apply + synchronize) after one checked and one warm-up step.\n\n"
+         << step_table.str() << "\n"
+         << "TFLOP/s = (6·P + 12·L·C·T)·B·T per step (" << bench::fmt(flops / 1e12, 2) << " TFLOP): 6 flops per "
+         << "parameter and token (forward 2, backward 4) plus the attention products over the full T×T (llm.c / "
+         << "PaLM convention). MFU = that rate / the best cuBLAS bf16 GEMM rate below (" << bench::fmt(peak, 1)
+         << " TFLOP/s), measured in this run; the fp32 row is set against the same bf16 rate.\n\n"
+         << gemm_table.str();
+  std::printf("\n%s", report.str().c_str());
+
+  if (const char* dir = std::getenv("SFTDP_BENCH_OUT"); dir && *dir) {
+    std::string path = dir;
+    path += "/gpu_step_";
+    path += utc_stamp("%Y%m%dT%H%M%SZ");
+    path += ".md";
+    std::ofstream(path) << report.str();
+    std::printf("written: %s\n", path.c_str());
+  }
+  return ok ? 0 : 1;
+}
+#endif  // SFTDP_WITH_CUDA
