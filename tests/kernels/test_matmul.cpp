@@ -77,8 +77,10 @@ INSTANTIATE_TEST_SUITE_P(Ragged, MatmulShapes,
                                            std::array<int, 3>{3, 129, 257},
                                            std::array<int, 3>{64, 256, 768}),
                          [](const auto& info) {
-                           return "N" + std::to_string(info.param[0]) + "_IC" +
-                                  std::to_string(info.param[1]) + "_OC" + std::to_string(info.param[2]);
+                           std::string name = "N";  // built with +=: GCC 12 -Wrestrict false positive
+                           name += std::to_string(info.param[0]) + "_IC" + std::to_string(info.param[1]) +
+                                   "_OC" + std::to_string(info.param[2]);
+                           return name;
                          });
 
 TEST(Matmul, BackwardMatchesFiniteDifferences) {
