@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Step time on 1 vs 2 CPU ranks for the same global batch (and the same rows): prints a table of
 # the median step_time_s and tokens/s from metrics.jsonl. Usage: bench/scaling.sh [BUILD_DIR]
+# --bind-to none: Open MPI binds each of <= 2 ranks to one core by default, which would squeeze a
+# 2-thread rank onto a single core.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -19,7 +21,7 @@ echo "|---|---|---|---|"
 for spec in "1 1 2" "1 2 2" "2 1 1"; do
   set -- $spec; np=$1; ga=$2; thr=$3
   name="np${np}_ga${ga}"
-  OMP_NUM_THREADS=$thr OPENBLAS_NUM_THREADS=$thr mpirun -np "$np" --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS \
+  OMP_NUM_THREADS=$thr OPENBLAS_NUM_THREADS=$thr mpirun -np "$np" --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS \
     "$BUILD/sft_train" "$TMP/c.yml" "${CFG[@]}" run_name=$name gradient_accumulation_steps=$ga >/dev/null
   /usr/bin/python3 -c "
 import json, statistics
