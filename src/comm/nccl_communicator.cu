@@ -2,17 +2,14 @@
 // communicator over MPI_COMM_WORLD, its ncclUniqueId made by rank 0 and broadcast over MPI, its
 // own stream. allreduce_sum first makes that stream wait for everything queued on the kernels'
 // stream (an event, not a device-wide sync), runs one in-place fp32 ncclAllReduce (sum) and
-// returns when it is complete. Host helpers go through MPI, as in the MPI communicator.
+// returns when it is complete. Host helpers come from MpiHostCommunicator (src/comm/mpi_host.h).
 // The CUDA device must be selected (cuda_select_device) before make_nccl_communicator().
 // The C API is all we use; the deprecated C++ bindings only add warnings under nvcc.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
-#include <algorithm>
-#include <climits>
-#include <cstdlib>
-
+#include "comm/mpi_host.h"
 #include "kernels/cuda/common.cuh"
 #include "sftdp/check.h"
 #include "sftdp/comm.h"
@@ -20,11 +17,9 @@
 namespace sftdp::comm {
 namespace {
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public MpiHostCommunicator {
  public:
   NcclCommunicator() {
-    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_));
     ncclUniqueId id{};
     if (rank_ == 0) CHECK_NCCL(ncclGetUniqueId(&id));
     CHECK_MPI(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD));
@@ -43,8 +38,6 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   const char* name() const override { return "nccl"; }
-  int rank() const override { return rank_; }
-  int world() const override { return world_; }
 
   // buf: device memory, n floats, summed in place across ranks.
   void allreduce_sum(float* buf, size_t n) override {
@@ -57,30 +50,7 @@ class NcclCommunicator final : public Communicator {
     CHECK_CUDA(cudaStreamSynchronize(stream_));
   }
 
-  void allreduce_sum_host(double* buf, size_t n) override {
-    if (world_ == 1) return;
-    for (size_t off = 0; off < n; off += INT_MAX) {
-      const int count = static_cast<int>(std::min<size_t>(INT_MAX, n - off));
-      CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    }
-  }
-  void broadcast_host(void* buf, size_t bytes, int root) override {
-    if (world_ == 1) return;
-    auto* p = static_cast<char*>(buf);
-    for (size_t off = 0; off < bytes; off += INT_MAX) {
-      const int count = static_cast<int>(std::min<size_t>(INT_MAX, bytes - off));
-      CHECK_MPI(MPI_Bcast(p + off, count, MPI_BYTE, root, MPI_COMM_WORLD));
-    }
-  }
-  void barrier() override { CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
-  [[noreturn]] void abort(int code) override {
-    // MPI_Abort ends every rank, also those waiting inside an NCCL collective.
-    MPI_Abort(MPI_COMM_WORLD, code);
-    std::_Exit(code);
-  }
-
  private:
-  int rank_ = 0, world_ = 1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t kernels_done_ = nullptr;
