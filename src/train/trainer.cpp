@@ -42,22 +42,62 @@ std::string format_eta(double seconds) {
   return buf;
 }
 
+// Runs fn on rank 0 only and hands its outcome to every rank: a UserError there (a corrupt
+// checkpoint, say) is rethrown on every rank, so all exit 2 cleanly and rank 0 prints it once.
+template <class Fn>
+void on_rank0(comm::Communicator& comm, Fn&& fn) {
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      fn();
+    } catch (const UserError& e) {
+      error = e.what();
+    }
+  }
+  uint64_t len = error.size();
+  comm.broadcast_host(&len, sizeof len, 0);
+  error.resize(len);
+  comm.broadcast_host(error.data(), len, 0);
+  if (len > 0) throw UserError(error);
+}
+
+void broadcast_floats(comm::Communicator& comm, std::vector<float>& v, size_t n) {
+  v.resize(n);
+  comm.broadcast_host(v.data(), n * sizeof(float), 0);
+}
+
 // Where the run starts: fresh (seeded or load_parameters_path) or from the newest checkpoint.
+// Rank 0 alone reads files and every rank receives its parameters, moments and data cursor, so
+// ranks start bitwise identical even where other nodes cannot see rank 0's output directory.
 checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
-                               model::Gpt2& model, optim::AdamW& opt) {
+                               model::Gpt2& model, optim::AdamW& opt, comm::Communicator& comm) {
   checkpoint::TrainState state;
   std::vector<float> params, m, v;
-  const auto newest = cfg.resume ? checkpoint::newest(paths.checkpoint_dir) : std::nullopt;
-  if (newest) {
-    checkpoint::load(*newest, model.layout(), params, m, v, state);
+  int64_t resumed = 0;
+  on_rank0(comm, [&] {
+    const auto newest = cfg.resume ? checkpoint::newest(paths.checkpoint_dir) : std::nullopt;
+    if (newest) {
+      checkpoint::load(*newest, model.layout(), params, m, v, state);
+      resumed = 1;
+      log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", newest->c_str(),
+                (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
+    } else if (!cfg.load_parameters_path.empty()) {
+      checkpoint::load_params(cfg.load_parameters_path, model.layout(), params);
+      log::info("initial parameters from %s", cfg.load_parameters_path.c_str());
+    } else {
+      model::init_params(params, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
+    }
+  });
+  const size_t n = model.layout().total;
+  broadcast_floats(comm, params, n);
+  comm.broadcast_host(&resumed, sizeof resumed, 0);
+  if (resumed) {
+    broadcast_floats(comm, m, n);
+    broadcast_floats(comm, v, n);
+    int64_t cursor[3] = {state.step, state.epoch, state.step_in_epoch};
+    comm.broadcast_host(cursor, sizeof cursor, 0);
+    state.step = cursor[0], state.epoch = cursor[1], state.step_in_epoch = cursor[2];
     opt.set_moments_from_host(m, v);
-    log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", newest->c_str(),
-              (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
-  } else if (!cfg.load_parameters_path.empty()) {
-    checkpoint::load_params(cfg.load_parameters_path, model.layout(), params);
-    log::info("initial parameters from %s", cfg.load_parameters_path.c_str());
-  } else {
-    model::init_params(params, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
   }
   model.set_params_from_host(params);
   return state;
@@ -98,7 +138,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
 
   model::Gpt2 model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T);
   optim::AdamW opt(model);
-  checkpoint::TrainState state = restore(cfg, paths, model, opt);
+  checkpoint::TrainState state = restore(cfg, paths, model, opt, comm);
 
   log::info("sft-dp: %s, %d rank(s) x GA %lld x %lld rows = global batch %lld, T=%d, %zu params",
             dev.ops->name, plan.world_size, (long long)plan.ga_steps, (long long)plan.micro_batch,

@@ -98,6 +98,12 @@ p = run_train(cfg, {"base_output_directory": f"{d}/ck", "steps": 4}, check=False
 c.check(p.returncode == 2 and "step_2.h5" in p.stderr, f"corrupt checkpoint: exit 2 naming it\n{p.stderr}")
 c.check(hashlib.sha256(open(ck, "rb").read()).hexdigest() == before, "corrupt checkpoint left as it was")
 c.check(sorted(os.listdir(f"{d}/ck/e/checkpoints")) == listing, "no checkpoint written")
+# Rank 0 reads the checkpoint for every rank: on 2 ranks the same error, printed once, exit 2.
+p = run_train(cfg, {"base_output_directory": f"{d}/ck", "steps": 4}, np_=2, check=False)
+errs = [l for l in p.stderr.splitlines() if "error:" in l]
+c.check(p.returncode == 2 and len(errs) == 1 and "step_2.h5" in errs[0],
+        f"corrupt checkpoint on 2 ranks: exit 2, one line\n{p.stderr}")
+c.check(hashlib.sha256(open(ck, "rb").read()).hexdigest() == before, "still untouched after 2 ranks")
 
 # --- several ranks: a corrupt row read by one rank ends every rank, message printed once ---
 secs = expect_user_error("corrupt row on one rank of 2", [cfg, f"train_files={d}/bad_token.h5",
