@@ -4,6 +4,7 @@
 // allreduce is the identity, but the trainer calls it all the same (one code path).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,11 @@ std::unique_ptr<Communicator> make_mpi_communicator();
 // GPU builds only (SFTDP_WITH_CUDA): NCCL over device buffers, the ncclUniqueId broadcast over
 // MPI. The CUDA device must already be selected (cuda_select_device in kernels/ops.h).
 std::unique_ptr<Communicator> make_nccl_communicator();
+
+// Runs fn on every rank of MPI_COMM_WORLD. If it throws UserError on any rank (a file only one
+// node cannot see, a node without a GPU), every rank throws the lowest such rank's message, so
+// all ranks exit 2 together instead of some waiting forever in the next collective.
+void agree_on_user_errors(const std::function<void()>& fn);
 
 // The number of ranks and this rank, readable before a Communicator exists (config checks).
 int world_size();

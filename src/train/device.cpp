@@ -1,6 +1,7 @@
 // src/train/device.cpp — see device.h.
 #include "train/device.h"
 
+#include <mpi.h>
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
@@ -30,18 +31,23 @@ void pick_cpu_threads(const comm::MpiSession& mpi) {
 
 Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
   Device dev;
-  (void)mpi;  // used only by GPU builds
   const bool have_gpu = cuda_device_available();
-  if (cfg.hardware == "gpu" && !have_gpu) {
+  // A node without a GPU must not leave the others waiting in NCCL's set-up: agree first.
+  comm::agree_on_user_errors([&] {
+    if (cfg.hardware == "gpu" && !have_gpu) {
 #ifdef SFTDP_WITH_CUDA
-    throw UserError("hardware: gpu requested but no CUDA device is usable on " + mpi.host() +
-                    " (use hardware=cpu or auto)");
+      throw UserError("hardware: gpu requested but no CUDA device is usable on " + mpi.host() +
+                      " (use hardware=cpu or auto)");
 #else
-    throw UserError("hardware: gpu requested but this build has no CUDA (nvcc was not found at "
-                    "build time); use hardware=cpu or auto");
+      throw UserError("hardware: gpu requested but this build has no CUDA (nvcc was not found at "
+                      "build time); use hardware=cpu or auto");
 #endif
-  }
-  dev.gpu = cfg.hardware == "gpu" || (cfg.hardware == "auto" && have_gpu);
+    }
+  });
+  // auto: the GPU only when every rank has one, since all ranks must use one kind of communicator.
+  int all_have_gpu = have_gpu ? 1 : 0;
+  CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all_have_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  dev.gpu = cfg.hardware == "gpu" || (cfg.hardware == "auto" && all_have_gpu);
   if (!dev.gpu) {
     if (cfg.dtype != "float32")
       throw UserError("dtype: " + cfg.dtype + " needs hardware=gpu; the CPU path computes in float32");

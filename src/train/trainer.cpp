@@ -123,9 +123,13 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   Device dev = pick_device(cfg, mpi);
   comm::Communicator& comm = *dev.comm;
   const int T = static_cast<int>(cfg.max_target_length);
-  data::Dataset train_data(cfg.train_files, T, dims.V, dims.maxT);
-  std::optional<data::Dataset> eval_data;
-  if (!cfg.eval_files.empty()) eval_data.emplace(cfg.eval_files, T, dims.V, dims.maxT);
+  // Every rank opens the data files; one that cannot (a path missing on its node) stops them all.
+  std::optional<data::Dataset> train_file, eval_data;
+  comm::agree_on_user_errors([&] {
+    train_file.emplace(cfg.train_files, T, dims.V, dims.maxT);
+    if (!cfg.eval_files.empty()) eval_data.emplace(cfg.eval_files, T, dims.V, dims.maxT);
+  });
+  const data::Dataset& train_data = *train_file;
   data::Sampler sampler(train_data.rows(), plan.global_batch, cfg.enable_data_shuffling,
                         static_cast<uint64_t>(cfg.data_shuffle_seed));
   const int64_t steps_per_epoch = sampler.steps_per_epoch();
