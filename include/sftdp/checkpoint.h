@@ -1,6 +1,7 @@
 // sftdp/checkpoint.h — SPEC §5 checkpoint files. A checkpoint holds /params/<name>,
 // /opt/m/<name>, /opt/v/<name> (float32, SPEC names and shapes) and root attributes step,
-// epoch, step_in_epoch (the data cursor: global, not per rank) and config (resolved YAML).
+// epoch, step_in_epoch (the data cursor: global, not per rank), global_batch (the G the cursor
+// counts in), optimizer_updates (AdamW's t) and config (resolved YAML).
 // Writes are atomic: a temporary name in the same directory, then rename(2).
 // Reading validates names, shapes and types and throws UserError naming the file and tensor.
 #pragma once
@@ -17,6 +18,8 @@ struct TrainState {
   int64_t step = 0;           // completed optimizer steps
   int64_t epoch = 0;          // data cursor: epoch of the next step
   int64_t step_in_epoch = 0;  // data cursor: step within that epoch of the next step
+  int64_t global_batch = 0;   // G the cursor counts in (rows per step); 0 = unknown
+  int64_t optimizer_updates = 0;  // AdamW updates applied (skipped steps make none): bias correction t
   std::string config_yaml;
 };
 
