@@ -17,6 +17,7 @@ struct StepStats {
   double weight_sum = 0;  // global weight sum: tokens that counted
   double grad_norm = 0;   // of the normalised gradient, before clipping
   bool skipped = false;   // weight sum 0: no update
+  bool nonfinite = false; // loss or gradient norm is NaN/Inf: no update (the trainer stops)
 };
 
 class AdamW {

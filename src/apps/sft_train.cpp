@@ -31,11 +31,12 @@ int main(int argc, char** argv) {
     const auto cfg = sftdp::config::from_args(argc, argv);
     return sftdp::train::run(cfg, mpi);
   } catch (const sftdp::UserError& e) {
-    // Every rank saw the same bad input (config, data file header): each exits 2 cleanly.
-    if (mpi.rank() == 0) {
-      std::fprintf(stderr, "sft_train: error: %s\n", e.what());
-      if (argc < 2) usage(stderr);
-    }
+    // Every rank saw the same bad input (config, data file header, or one rank's finding that
+    // all ranks agreed on): each exits 2 cleanly and rank 0 says why, in one line (SPEC §2).
+    if (mpi.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    // Not the user's input: a bug or an environment failure. Take the whole job down.
+    sftdp::die_internal("sft_train", "run", e.what(), __FILE__, __LINE__);
   }
 }

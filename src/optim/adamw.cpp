@@ -55,6 +55,10 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   float sumsq = 0;
   o.to_host(&sumsq, scratch_, sizeof sumsq);
   s.grad_norm = std::sqrt(double(sumsq)) / s.weight_sum;
+  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
+    s.nonfinite = true;
+    return s;
+  }
   double clip = 1.0;
   if (cfg.gradient_clipping_threshold > 0 && s.grad_norm > cfg.gradient_clipping_threshold)
     clip = cfg.gradient_clipping_threshold / s.grad_norm;

@@ -8,11 +8,11 @@
 namespace sftdp::train {
 
 EvalResult evaluate(model::Gpt2& model, const data::Dataset& eval, comm::Communicator& comm,
-                    int64_t micro_batch, int64_t eval_steps) {
-  const int64_t N = eval.rows(), world = comm.world(), rank = comm.rank();
+                    int64_t micro_batch, int64_t global_batch, int64_t eval_steps) {
+  const int64_t world = comm.world(), rank = comm.rank();
+  const int64_t N = eval_steps >= 0 ? std::min(eval.rows(), eval_steps * global_batch) : eval.rows();
   const int64_t chunk = world * micro_batch;
-  int64_t chunks = (N + chunk - 1) / chunk;
-  if (eval_steps >= 0) chunks = std::min(chunks, eval_steps);
+  const int64_t chunks = (N + chunk - 1) / chunk;
   double sums[2] = {0, 0};
   data::Batch batch;
   std::vector<int64_t> rows;

@@ -19,6 +19,7 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/param_check.h"
+#include "train/run_state.h"
 #include "train/stop_signal.h"
 
 namespace sftdp::train {
@@ -42,78 +43,6 @@ std::string format_eta(double seconds) {
   return buf;
 }
 
-// Runs fn on rank 0 only and hands its outcome to every rank: a UserError there (a corrupt
-// checkpoint, say) is rethrown on every rank, so all exit 2 cleanly and rank 0 prints it once.
-template <class Fn>
-void on_rank0(comm::Communicator& comm, Fn&& fn) {
-  std::string error;
-  if (comm.rank() == 0) {
-    try {
-      fn();
-    } catch (const UserError& e) {
-      error = e.what();
-    }
-  }
-  uint64_t len = error.size();
-  comm.broadcast_host(&len, sizeof len, 0);
-  error.resize(len);
-  comm.broadcast_host(error.data(), len, 0);
-  if (len > 0) throw UserError(error);
-}
-
-void broadcast_floats(comm::Communicator& comm, std::vector<float>& v, size_t n) {
-  v.resize(n);
-  comm.broadcast_host(v.data(), n * sizeof(float), 0);
-}
-
-// Where the run starts: fresh (seeded or load_parameters_path) or from the newest checkpoint.
-// Rank 0 alone reads files and every rank receives its parameters, moments and data cursor, so
-// ranks start bitwise identical even where other nodes cannot see rank 0's output directory.
-checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
-                               model::Gpt2& model, optim::AdamW& opt, comm::Communicator& comm) {
-  checkpoint::TrainState state;
-  std::vector<float> params, m, v;
-  int64_t resumed = 0;
-  on_rank0(comm, [&] {
-    const auto newest = cfg.resume ? checkpoint::newest(paths.checkpoint_dir) : std::nullopt;
-    if (newest) {
-      checkpoint::load(*newest, model.layout(), params, m, v, state);
-      resumed = 1;
-      log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", newest->c_str(),
-                (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
-    } else if (!cfg.load_parameters_path.empty()) {
-      checkpoint::load_params(cfg.load_parameters_path, model.layout(), params);
-      log::info("initial parameters from %s", cfg.load_parameters_path.c_str());
-    } else {
-      model::init_params(params, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
-    }
-  });
-  const size_t n = model.layout().total;
-  broadcast_floats(comm, params, n);
-  comm.broadcast_host(&resumed, sizeof resumed, 0);
-  if (resumed) {
-    broadcast_floats(comm, m, n);
-    broadcast_floats(comm, v, n);
-    int64_t cursor[3] = {state.step, state.epoch, state.step_in_epoch};
-    comm.broadcast_host(cursor, sizeof cursor, 0);
-    state.step = cursor[0], state.epoch = cursor[1], state.step_in_epoch = cursor[2];
-    opt.set_moments_from_host(m, v);
-  }
-  model.set_params_from_host(params);
-  return state;
-}
-
-void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model,
-                     const optim::AdamW& opt, checkpoint::TrainState state) {
-  std::vector<float> m, v;
-  opt.moments_to_host(m, v);
-  state.config_yaml = cfg.to_yaml();
-  const auto path = checkpoint::save(paths.checkpoint_dir, model.layout(), model.params_to_host(), m,
-                                     v, state);
-  checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
-  log::info("checkpoint %s", path.c_str());
-}
-
 }  // namespace
 
 int run(const config::Config& cfg, comm::MpiSession& mpi) {
@@ -124,12 +53,13 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   comm::Communicator& comm = *dev.comm;
   const int T = static_cast<int>(cfg.max_target_length);
   // Every rank opens the data files; one that cannot (a path missing on its node) stops them all.
-  std::optional<data::Dataset> train_file, eval_data;
+  std::optional<data::Dataset> train_file, eval_file;
   comm::agree_on_user_errors([&] {
     train_file.emplace(cfg.train_files, T, dims.V, dims.maxT);
-    if (!cfg.eval_files.empty()) eval_data.emplace(cfg.eval_files, T, dims.V, dims.maxT);
+    if (!cfg.eval_files.empty()) eval_file.emplace(cfg.eval_files, T, dims.V, dims.maxT);
   });
   const data::Dataset& train_data = *train_file;
+  const data::Dataset* eval_data = eval_file ? &*eval_file : nullptr;
   data::Sampler sampler(train_data.rows(), plan.global_batch, cfg.enable_data_shuffling,
                         static_cast<uint64_t>(cfg.data_shuffle_seed));
   const int64_t steps_per_epoch = sampler.steps_per_epoch();
@@ -139,10 +69,12 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   const int64_t total_steps =
       cfg.steps > 0 ? cfg.steps : std::max<int64_t>(cfg.num_epochs, 1) * steps_per_epoch;
   const RunPaths paths = paths_of(cfg);
+  check_output_directory(cfg, paths, comm);
 
   model::Gpt2 model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T);
   optim::AdamW opt(model);
-  checkpoint::TrainState state = restore(cfg, paths, model, opt, comm);
+  checkpoint::TrainState state =
+      restore(cfg, paths, model, opt, comm, plan.global_batch, steps_per_epoch);
 
   log::info("sft-dp: %s, %d rank(s) x GA %lld x %lld rows = global batch %lld, T=%d, %zu params",
             dev.ops->name, plan.world_size, (long long)plan.ga_steps, (long long)plan.micro_batch,
@@ -157,16 +89,18 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
 
   // Rank 0's metrics file is opened at the first line, after step 1 has read and checked its rows.
   std::optional<MetricsWriter> metrics_file;
-  const int64_t first_step = state.step;
+  // A fresh run (step 0) starts the file over; a resumed one keeps the lines up to its checkpoint.
+  const int64_t keep_lines_up_to = state.step == 0 ? -1 : state.step;
   auto metrics = [&]() -> MetricsWriter* {
     if (comm.rank() != 0) return nullptr;
-    if (!metrics_file) metrics_file.emplace(paths.metrics_path, first_step);
+    if (!metrics_file) metrics_file.emplace(paths.metrics_path, keep_lines_up_to);
     return &*metrics_file;
   };
 
   auto run_eval = [&](int64_t step) {
     if (!eval_data) return;
-    const auto r = evaluate(model, *eval_data, comm, plan.micro_batch, cfg.eval_steps);
+    EvalResult r;
+    or_abort_job(comm, [&] { r = evaluate(model, *eval_data, comm, plan.micro_batch, plan.global_batch, cfg.eval_steps); });
     log::info("step %lld | eval_loss %.6f over %.0f tokens", (long long)step, r.loss, r.weight_sum);
     if (auto* m = metrics()) m->eval(step, r.loss, r.weight_sum);
   };
@@ -180,24 +114,24 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     const auto t0 = Clock::now();
     const auto rows = sampler.step_rows(state.epoch, state.step_in_epoch);
     model.zero_grads();
-    try {
+    // Only this rank reads (and checks) its rows: a bad one ends the job from here, exit 2.
+    or_abort_job(comm, [&] {
       for (int micro = 0; micro < plan.ga_steps; ++micro) {
         train_data.read_rows(data::micro_rows(rows, comm.rank(), comm.world(),
                                               static_cast<int>(plan.ga_steps), micro), batch);
         model.forward_backward(batch);
       }
-    } catch (const UserError& e) {
-      // Only this rank read the bad row: it speaks for the job and ends every rank with exit 2
-      // (on one rank, main prints it and exits 2 cleanly).
-      if (comm.world() == 1) throw;
-      std::fprintf(stderr, "sft_train: error: %s\n", e.what());
-      std::fflush(stderr);
-      comm.abort(2);
-    }
+    });
     // One allreduce: gradient sums, loss sum and weight sum together.
     comm.allreduce_sum(model.grads(), model.grad_buffer_floats());
     const double lr = optim::learning_rate(cfg, state.step, total_steps);
-    const auto stats = opt.apply(cfg, lr, static_cast<int>(state.step + 1));
+    // AdamW's t counts updates actually made: a skipped step makes none.
+    const auto stats = opt.apply(cfg, lr, static_cast<int>(state.optimizer_updates + 1));
+    if (stats.nonfinite)
+      die_internal("sftdp", "training step", "loss or gradient norm is not finite at step " +
+                   std::to_string(state.step + 1) + " (lr " + std::to_string(lr) +
+                   "); no update made, no checkpoint written", __FILE__, __LINE__);
+    if (!stats.skipped) state.optimizer_updates += 1;
     dev.ops->synchronize();
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
 

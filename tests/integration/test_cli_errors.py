@@ -23,7 +23,7 @@ cfg = write_config(f"{d}/good.yml", **good)
 def expect_user_error(name, args, must_mention, np_=1, out_dir=f"{d}/out"):
     t0 = time.time()
     p = run_train(args[0], args[1:], np_=np_, check=False, timeout=120)
-    errs = [l for l in p.stderr.splitlines() if "error:" in l]
+    errs = [l for l in p.stderr.splitlines() if l.startswith("error:")]
     c.check(p.returncode == 2, f"{name}: exit status {p.returncode}, want 2\n{p.stdout}{p.stderr}")
     c.check(len(errs) >= 1 and must_mention in errs[0],
             f"{name}: error line should mention '{must_mention}': {errs}")
@@ -100,7 +100,7 @@ c.check(hashlib.sha256(open(ck, "rb").read()).hexdigest() == before, "corrupt ch
 c.check(sorted(os.listdir(f"{d}/ck/e/checkpoints")) == listing, "no checkpoint written")
 # Rank 0 reads the checkpoint for every rank: on 2 ranks the same error, printed once, exit 2.
 p = run_train(cfg, {"base_output_directory": f"{d}/ck", "steps": 4}, np_=2, check=False)
-errs = [l for l in p.stderr.splitlines() if "error:" in l]
+errs = [l for l in p.stderr.splitlines() if l.startswith("error:")]
 c.check(p.returncode == 2 and len(errs) == 1 and "step_2.h5" in errs[0],
         f"corrupt checkpoint on 2 ranks: exit 2, one line\n{p.stderr}")
 c.check(hashlib.sha256(open(ck, "rb").read()).hexdigest() == before, "still untouched after 2 ranks")
@@ -111,4 +111,24 @@ secs = expect_user_error("corrupt row on one rank of 2", [cfg, f"train_files={d}
                          np_=2, out_dir=f"{d}/out/e/checkpoints")
 c.check(secs < 60, f"2 ranks exit promptly ({secs:.1f} s)")
 expect_user_error("config error on 4 ranks", [cfg, "adam_b2=2"], "adam_b2", np_=4)
+# The bad row 3 is read by rank 1 of 2 when b = 2 (G=4): a rank other than 0 speaks for the job.
+expect_user_error("corrupt row on rank 1 of 2", [cfg, f"train_files={d}/bad_token.h5", "global_batch_size=4",
+                                                 "enable_data_shuffling=false"], "row 3",
+                  np_=2, out_dir=f"{d}/out/e/checkpoints")
+# A bad row in the eval set, found by one rank during evaluation, ends every rank too.
+expect_user_error("corrupt eval row on rank 1 of 2", [cfg, f"eval_files={d}/bad_token.h5", "global_batch_size=4"], "row 3",
+                  np_=2, out_dir=f"{d}/out/e/checkpoints")
+
+# --- output directory ---
+expect_user_error("unwritable base_output_directory", [cfg, "base_output_directory=/proc/sftdp"],
+                  "base_output_directory", out_dir="/proc/sftdp")
+os.makedirs(f"{d}/mdir/e/metrics.jsonl")
+expect_user_error("metrics.jsonl is a directory", [cfg, f"base_output_directory={d}/mdir"],
+                  "metrics.jsonl", out_dir=f"{d}/mdir/e/checkpoints")
+run_train(cfg, {"base_output_directory": f"{d}/old"})
+before = sorted(os.listdir(f"{d}/old/e/checkpoints"))
+expect_user_error("resume=false over an earlier run's checkpoints",
+                  [cfg, f"base_output_directory={d}/old", "resume=false"], "resume",
+                  out_dir=f"{d}/old/e/nothing-new")
+c.check(sorted(os.listdir(f"{d}/old/e/checkpoints")) == before, "the earlier run's checkpoints are untouched")
 c.close()

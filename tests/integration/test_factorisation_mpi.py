@@ -87,4 +87,31 @@ p = run_train(cfg, {"base_output_directory": out, "gradient_accumulation_steps":
 c.check("step_10.h5" in p.stdout, "the 2-rank run resumes from the 4-rank step-10 checkpoint")
 rel = max_rel(read_params(f"{out}/f/checkpoints/step_20.h5"), runs[(4, 1)][2])
 c.check(rel <= 1e-4, f"4 -> 2 ranks with GA doubled continues the same trajectory ({rel:.2e})")
+
+# per_device_batch_size on another world size changes G (4 x 2 = 8 -> 2 x 2 = 4): the data cursor
+# is kept in rows, so the resumed run uses exactly the rows the G=4 run would use from row 80.
+pdb = {k: v for k, v in base.items() if k != "global_batch_size"}
+pdb.update(per_device_batch_size=2, num_epochs=None, steps=30)
+cfg_pdb = write_config(f"{d}/pdb.yml", **{k: v for k, v in pdb.items() if v is not None})
+out = f"{d}/pdb"
+run_train(cfg_pdb, {"base_output_directory": out, "steps": 10, "checkpoint_period": 10}, np_=4)
+p = run_train(cfg_pdb, {"base_output_directory": out}, np_=2)
+c.check("row 80 of epoch 0, global batch 8 -> 4" in p.stdout, "the cursor is converted from G=8 to G=4")
+train, _ = read_metrics(f"{out}/f")
+run_train(cfg_pdb, {"base_output_directory": f"{d}/pdb_ref", "steps": 40}, np_=2)
+ref_train, _ = read_metrics(f"{d}/pdb_ref/f")
+# Steps 11..30 at G=4 use rows 80..159: the same as steps 21..40 of a G=4 run from the start.
+c.check([m["weight_sum"] for m in train[10:]] == [m["weight_sum"] for m in ref_train[20:40]],
+        "after the G change, each step uses the rows a G=4 run uses at the same row offset")
+
+# eval_steps counts global batches, so the rows evaluated do not depend on world size or GA.
+evals = {}
+for world, ga in [(1, 1), (2, 2), (4, 1)]:
+    out = f"{d}/ev{world}{ga}"
+    run_train(cfg, {"base_output_directory": out, "gradient_accumulation_steps": ga, "steps": 1,
+                    "num_epochs": "null", "eval_steps": 1}, np_=world)
+    evals[(world, ga)] = read_metrics(f"{out}/f")[1][0]
+c.check(max(abs(e["eval_loss"] - evals[(1, 1)]["eval_loss"]) for e in evals.values())
+        <= 1e-6 * evals[(1, 1)]["eval_loss"], f"eval_steps=1 evaluates the same rows for every split: {evals}")
+c.check(len({e["eval_weight_sum"] for e in evals.values()}) == 1, "same eval weight sum for every split")
 c.close()

@@ -1,6 +1,6 @@
 // tests/optim/test_schedule.cpp — the learning-rate schedule of SPEC §3: linear warmup over
 // warmup_steps_fraction × steps, then cosine from the peak to peak × learning_rate_final_fraction
-// exactly at the last step.
+// exactly at the last step (always, even when warmup covers the whole run).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +20,13 @@ sftdp::config::Config schedule(double peak, double warmup, double final_fraction
 }  // namespace
 
 TEST(LearningRate, WarmsUpLinearlyToThePeak) {
-  const auto c = schedule(1e-3, 0.1, 0.1);  // 100 steps: 10 warmup steps
-  for (int s = 0; s < 10; ++s) EXPECT_DOUBLE_EQ(learning_rate(c, s, 100), 1e-3 * (s + 1) / 10.0);
+  const auto c = schedule(1e-3, 0.1, 0.1);  // 100 steps: 10 warmup steps, then the peak at step 10
+  for (int s = 0; s < 10; ++s) EXPECT_DOUBLE_EQ(learning_rate(c, s, 100), 1e-3 * (s + 1) / 11.0);
+  for (int s = 1; s <= 10; ++s) EXPECT_GT(learning_rate(c, s, 100), learning_rate(c, s - 1, 100));
+}
+
+TEST(LearningRate, LastStepGetsTheFinalFractionEvenWhenWarmupCoversTheRun) {
+  for (double warmup : {0.85, 0.9, 1.0}) EXPECT_DOUBLE_EQ(learning_rate(schedule(1e-3, warmup, 0.1), 9, 10), 1e-4);
 }
 
 TEST(LearningRate, DecaysByCosineToTheFinalFractionAtTheLastStep) {

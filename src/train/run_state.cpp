@@ -1,0 +1,140 @@
+// src/train/run_state.cpp — see run_state.h.
+#include "train/run_state.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "sftdp/check.h"
+#include "sftdp/log.h"
+
+namespace fs = std::filesystem;
+
+namespace sftdp::train {
+
+void on_rank0(comm::Communicator& comm, const std::function<void()>& fn) {
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      fn();
+    } catch (const UserError& e) {
+      error = e.what();
+    }
+  }
+  uint64_t len = error.size();
+  comm.broadcast_host(&len, sizeof len, 0);
+  error.resize(len);
+  comm.broadcast_host(error.data(), len, 0);
+  if (len > 0) throw UserError(error);
+}
+
+void or_abort_job(comm::Communicator& comm, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const UserError& e) {
+    if (comm.world() == 1) throw;  // main prints it and exits 2 cleanly
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fflush(stderr);
+    comm.abort(2);
+  }
+}
+
+void check_output_directory(const config::Config& cfg, const RunPaths& paths, comm::Communicator& comm) {
+  on_rank0(comm, [&] {
+    std::error_code ec;
+    if (!cfg.resume) {
+      if (const auto ckpt = checkpoint::newest(paths.checkpoint_dir))
+        throw UserError("resume: false, but " + paths.checkpoint_dir + " already holds " + *ckpt +
+                        " from an earlier run (use another run_name, or delete the checkpoints)");
+    }
+    // Probe without creating anything: the nearest existing ancestor must be a writable directory.
+    fs::path probe = paths.run_dir;
+    while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
+    if (probe.empty()) probe = ".";
+    if (!fs::is_directory(probe, ec) || access(probe.c_str(), W_OK | X_OK) != 0)
+      throw UserError("base_output_directory: cannot create " + paths.run_dir + " (" + probe.string() +
+                      " is not a writable directory)");
+    if (fs::exists(paths.metrics_path, ec) && !fs::is_regular_file(paths.metrics_path, ec))
+      throw UserError("base_output_directory: " + paths.metrics_path + " exists and is not a file");
+    if (fs::exists(paths.checkpoint_dir, ec) && !fs::is_directory(paths.checkpoint_dir, ec))
+      throw UserError("base_output_directory: " + paths.checkpoint_dir + " exists and is not a directory");
+  });
+}
+
+namespace {
+void broadcast_floats(comm::Communicator& comm, std::vector<float>& v, size_t n) {
+  v.resize(n);
+  comm.broadcast_host(v.data(), n * sizeof(float), 0);
+}
+
+// The checkpoint's cursor counted steps of its own G; re-express it in this run's G.
+void convert_cursor(checkpoint::TrainState& s, const std::string& path, int64_t G, int64_t steps_per_epoch) {
+  if (s.global_batch > 0 && s.global_batch != G) {
+    const int64_t row = s.step_in_epoch * s.global_batch;
+    if (row % G != 0)
+      throw UserError("global_batch_size: " + path + " stopped at row " + std::to_string(row) +
+                      " of epoch " + std::to_string(s.epoch) + ", which is not a multiple of the new global batch " +
+                      std::to_string(G) + " (was " + std::to_string(s.global_batch) + ")");
+    log::info("data cursor: row %lld of epoch %lld, global batch %lld -> %lld", (long long)row,
+              (long long)s.epoch, (long long)s.global_batch, (long long)G);
+    s.step_in_epoch = row / G;
+    s.global_batch = G;
+  }
+  if (s.step_in_epoch >= steps_per_epoch) {  // only leftover rows remained in that epoch
+    s.epoch += 1;
+    s.step_in_epoch = 0;
+  }
+}
+}  // namespace
+
+checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Gpt2& model,
+                               optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
+                               int64_t steps_per_epoch) {
+  checkpoint::TrainState state;
+  std::vector<float> params, m, v;
+  int64_t resumed = 0;
+  on_rank0(comm, [&] {
+    const auto newest = cfg.resume ? checkpoint::newest(paths.checkpoint_dir) : std::nullopt;
+    if (newest) {
+      checkpoint::load(*newest, model.layout(), params, m, v, state);
+      convert_cursor(state, *newest, global_batch, steps_per_epoch);
+      resumed = 1;
+      log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", newest->c_str(),
+                (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
+    } else if (!cfg.load_parameters_path.empty()) {
+      checkpoint::load_params(cfg.load_parameters_path, model.layout(), params);
+      log::info("initial parameters from %s", cfg.load_parameters_path.c_str());
+    } else {
+      model::init_params(params, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
+    }
+  });
+  const size_t n = model.layout().total;
+  broadcast_floats(comm, params, n);
+  comm.broadcast_host(&resumed, sizeof resumed, 0);
+  if (resumed) {
+    broadcast_floats(comm, m, n);
+    broadcast_floats(comm, v, n);
+    int64_t cursor[4] = {state.step, state.epoch, state.step_in_epoch, state.optimizer_updates};
+    comm.broadcast_host(cursor, sizeof cursor, 0);
+    state.step = cursor[0], state.epoch = cursor[1], state.step_in_epoch = cursor[2];
+    state.optimizer_updates = cursor[3];
+    opt.set_moments_from_host(m, v);
+  }
+  state.global_batch = global_batch;
+  model.set_params_from_host(params);
+  return state;
+}
+
+void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model,
+                     const optim::AdamW& opt, checkpoint::TrainState state) {
+  std::vector<float> m, v;
+  opt.moments_to_host(m, v);
+  state.config_yaml = cfg.to_yaml();
+  const auto path = checkpoint::save(paths.checkpoint_dir, model.layout(), model.params_to_host(), m, v, state);
+  checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
+  log::info("checkpoint %s", path.c_str());
+}
+
+}  // namespace sftdp::train

@@ -1,0 +1,38 @@
+// src/train/run_state.h — where a run starts and what it leaves behind: rank 0 reads the starting
+// state (newest checkpoint, load_parameters_path or seeded init), checks the output directory, and
+// every rank receives the same parameters, moments and data cursor; rank 0 writes checkpoints.
+#pragma once
+#include <functional>
+
+#include "sftdp/checkpoint.h"
+#include "sftdp/comm.h"
+#include "sftdp/config.h"
+#include "sftdp/data.h"
+#include "sftdp/model.h"
+#include "sftdp/optim.h"
+#include "sftdp/train.h"
+
+namespace sftdp::train {
+
+// Runs fn on rank 0 only; a UserError there is rethrown on every rank (all exit 2, one message).
+void on_rank0(comm::Communicator& comm, const std::function<void()>& fn);
+
+// Runs fn on this rank mid-run (a data read). A UserError means only this rank saw the bad input:
+// on one rank it is rethrown; on several this rank prints it once and ends the job with exit 2.
+void or_abort_job(comm::Communicator& comm, const std::function<void()>& fn);
+
+// Rank 0 checks that the run directory can be written (and, with resume=false, that it holds no
+// checkpoints to be confused with this run's); every rank sees the verdict.
+void check_output_directory(const config::Config& cfg, const RunPaths& paths, comm::Communicator& comm);
+
+// The starting state, identical on every rank. The data cursor is converted to this run's global
+// batch G when the checkpoint counted in another one (a UserError if it falls inside a step).
+checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Gpt2& model,
+                               optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
+                               int64_t steps_per_epoch);
+
+// Rank 0 only: writes step_<S>.h5 atomically and prunes to keep_checkpoints.
+void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model,
+                     const optim::AdamW& opt, checkpoint::TrainState state);
+
+}  // namespace sftdp::train
