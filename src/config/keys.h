@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -21,8 +22,8 @@ struct KeySpec {
   const char* name;
   const char* section;  // heading in to_yaml(): Run, Batch, Data, Model, Optimiser, ...
   Field field;
-  // Integer keys only: null (or -1) means "unset" and is stored as -1. String and list keys
-  // always accept null as "" / [].
+  // Integer keys only: null means "unset" and is stored as -1; an explicit value must be >= 1
+  // (validate() rejects an explicit -1). String and list keys always accept null as "" / [].
   bool unset_allowed = false;
 };
 
@@ -35,6 +36,9 @@ std::string closest_key(std::string_view name);
 // UserError("<name>: unknown key (did you mean <closest>?)").
 [[noreturn]] void throw_unknown_key(std::string_view name);
 
+// Names of the keys whose value in effect was written by the user (not null, not a default).
+using GivenKeys = std::set<std::string, std::less<>>;
+
 // Parses `value` as the key's type and stores it in cfg. Throws UserError on a wrong type
 // ("<key>: expected an integer, got 'abc'"); ranges are checked later by validate().
 void set_from_yaml(Config& cfg, const KeySpec& key, const YAML::Node& value);
@@ -44,7 +48,8 @@ std::string format_value(const Config& cfg, const KeySpec& key);
 std::string format_double(double x);
 
 // Checks every value and every relation between keys (not the world-size-dependent batch
-// divisibility: resolve_batch() does that). Throws UserError naming the key at fault.
-void validate(const Config& cfg);
+// divisibility: resolve_batch() does that). Throws UserError naming the key at fault. A key in
+// `given` whose stored value is -1 was written as -1, not null, and is an error.
+void validate(const Config& cfg, const GivenKeys& given);
 
 }  // namespace sftdp::config::detail

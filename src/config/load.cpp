@@ -19,6 +19,14 @@ std::string at(const std::string& source, const YAML::Mark& mark) {
   return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
 }
 
+// Stores one key's value and records whether the user gave it (null = unset, not given).
+void assign(Config& cfg, const detail::KeySpec& key, const YAML::Node& value,
+            detail::GivenKeys& given) {
+  detail::set_from_yaml(cfg, key, value);
+  if (value.IsNull()) given.erase(key.name);
+  else given.insert(key.name);
+}
+
 YAML::Node parse_document(const std::string& yaml, const std::string& source) {
   YAML::Node root;
   try {
@@ -33,7 +41,8 @@ YAML::Node parse_document(const std::string& yaml, const std::string& source) {
   return root;
 }
 
-void apply_file_keys(Config& cfg, const YAML::Node& root, const std::string& source) {
+void apply_file_keys(Config& cfg, const YAML::Node& root, const std::string& source,
+                     detail::GivenKeys& given) {
   std::map<std::string, int> line_of;  // key → 1-based line where it was first given
   for (const auto& entry : root) {
     const YAML::Node& key_node = entry.first;
@@ -46,11 +55,11 @@ void apply_file_keys(Config& cfg, const YAML::Node& root, const std::string& sou
     if (const auto [it, fresh] = line_of.emplace(name, line); !fresh)
       throw UserError(name + ": given twice in " + source + " (lines " +
                       std::to_string(it->second) + " and " + std::to_string(line) + ")");
-    detail::set_from_yaml(cfg, *key, entry.second);
+    assign(cfg, *key, entry.second, given);
   }
 }
 
-void apply_override(Config& cfg, const std::string& arg) {
+void apply_override(Config& cfg, const std::string& arg, detail::GivenKeys& given) {
   const size_t eq = arg.find('=');
   if (eq == std::string::npos || eq == 0) throw UserError(arg + ": expected key=value");
   const std::string name = arg.substr(0, eq), text = arg.substr(eq + 1);
@@ -62,7 +71,7 @@ void apply_override(Config& cfg, const std::string& arg) {
   } catch (const YAML::Exception& e) {
     throw UserError(name + ": cannot read '" + text + "' as a YAML value (" + e.msg + ")");
   }
-  detail::set_from_yaml(cfg, *key, value);
+  assign(cfg, *key, value, given);
 }
 
 // "  # resolved: 12" after a model dimension left to the preset; "" when nothing to add.
@@ -91,9 +100,10 @@ std::string resolved_comment(const Config& cfg, const detail::KeySpec& key) {
 Config from_yaml_text(const std::string& yaml, const std::vector<std::string>& overrides,
                       const std::string& source_name) {
   Config cfg;
-  apply_file_keys(cfg, parse_document(yaml, source_name), source_name);
-  for (const auto& arg : overrides) apply_override(cfg, arg);
-  detail::validate(cfg);
+  detail::GivenKeys given;
+  apply_file_keys(cfg, parse_document(yaml, source_name), source_name, given);
+  for (const auto& arg : overrides) apply_override(cfg, arg, given);
+  detail::validate(cfg, given);
   return cfg;
 }
 

@@ -3,6 +3,7 @@
 // earlier value. Each failure is UserError("<key>: <reason>") naming the key to change.
 #include <cmath>
 #include <string>
+#include <variant>
 
 #include "config/keys.h"
 #include "sftdp/check.h"
@@ -19,11 +20,14 @@ void require_at_least(const char* key, int64_t value, int64_t lowest) {
     fail(key, "must be >= " + std::to_string(lowest) + ", got " + std::to_string(value));
 }
 
-// Unset (-1) is fine; anything else must be >= 1.
-void require_unset_or_positive(const char* key, int64_t value, const char* unset_means) {
-  if (value != -1 && value < 1)
-    fail(key, "must be >= 1 (or null: " + std::string(unset_means) + "), got " +
-                  std::to_string(value));
+// Keys that may be unset (steps, batch sizes, model dimensions, ...): null leaves them unset
+// (stored as -1); a value the user wrote, -1 included, must be >= 1.
+void validate_unsettable_keys(const Config& cfg, const GivenKeys& given) {
+  for (const auto& key : all_keys()) {
+    if (!key.unset_allowed) continue;
+    const int64_t value = cfg.*std::get<int64_t Config::*>(key.field);
+    if (given.contains(key.name) || value != -1) require_at_least(key.name, value, 1);
+  }
 }
 
 // value in [0, 1], or in [0, 1) when one_allowed is false.
@@ -46,8 +50,6 @@ void validate_run(const Config& cfg) {
   if (cfg.run_name.find('/') != std::string::npos || cfg.run_name == "." || cfg.run_name == "..")
     fail("run_name", "must be a plain directory name, got '" + cfg.run_name + "'");
   if (cfg.base_output_directory.empty()) fail("base_output_directory", "must not be empty");
-  require_unset_or_positive("steps", cfg.steps, "num_epochs decides");
-  require_unset_or_positive("num_epochs", cfg.num_epochs, "1 epoch, or steps decides");
   if (cfg.steps != -1 && cfg.num_epochs != -1)
     fail("steps", "give steps or num_epochs, not both (set the other to null)");
   require_one_of("hardware", cfg.hardware, "cpu", "gpu", "auto");
@@ -61,8 +63,6 @@ void validate_batch(const Config& cfg) {
     fail("global_batch_size", "give global_batch_size or per_device_batch_size, not both");
   if (!has_global && !has_per_device)
     fail("global_batch_size", "not set (give global_batch_size or per_device_batch_size)");
-  if (has_global) require_at_least("global_batch_size", cfg.global_batch_size, 1);
-  if (has_per_device) require_at_least("per_device_batch_size", cfg.per_device_batch_size, 1);
   require_at_least("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1);
   require_at_least("max_target_length", cfg.max_target_length, 1);
 }
@@ -76,7 +76,6 @@ void validate_data(const Config& cfg) {
     if (path.empty()) fail("eval_files", "contains an empty path");
   require_at_least("data_shuffle_seed", cfg.data_shuffle_seed, 0);
   require_at_least("eval_interval", cfg.eval_interval, 0);
-  require_unset_or_positive("eval_steps", cfg.eval_steps, "the whole eval set");
 }
 
 void validate_model(const Config& cfg) {
@@ -114,7 +113,8 @@ void validate_checkpoints_and_logging(const Config& cfg) {
 
 }  // namespace
 
-void validate(const Config& cfg) {
+void validate(const Config& cfg, const GivenKeys& given) {
+  validate_unsettable_keys(cfg, given);
   validate_run(cfg);
   validate_batch(cfg);
   validate_data(cfg);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "config/keys.h"
 #include "sftdp/check.h"
 #include "sftdp/config.h"
 
@@ -48,9 +49,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "run_name: must be a plain directory name, got 'a/b'"},
         BadValue{"EmptyOutputDir", {"base_output_directory=''"},
                  "base_output_directory: must not be empty"},
-        BadValue{"ZeroSteps", {"steps=0"}, "steps: must be >= 1 (or null: num_epochs decides), got 0"},
-        BadValue{"NegativeEpochs", {"num_epochs=-2"},
-                 "num_epochs: must be >= 1 (or null: 1 epoch, or steps decides), got -2"},
+        BadValue{"ZeroSteps", {"steps=0"}, "steps: must be >= 1, got 0"},
+        BadValue{"NegativeEpochs", {"num_epochs=-2"}, "num_epochs: must be >= 1, got -2"},
         BadValue{"StepsAndEpochs", {"steps=10", "num_epochs=1"},
                  "steps: give steps or num_epochs, not both (set the other to null)"},
         BadValue{"UnknownHardware", {"hardware=tpu"}, "hardware: expected cpu, gpu or auto, got 'tpu'"},
@@ -78,8 +78,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"EmptyEvalPath", {"eval_files=''"}, "eval_files: contains an empty path"},
         BadValue{"NegativeShuffleSeed", {"data_shuffle_seed=-3"}, "data_shuffle_seed: must be >= 0, got -3"},
         BadValue{"NegativeEvalInterval", {"eval_interval=-1"}, "eval_interval: must be >= 0, got -1"},
-        BadValue{"ZeroEvalSteps", {"eval_steps=0"},
-                 "eval_steps: must be >= 1 (or null: the whole eval set), got 0"},
+        BadValue{"ZeroEvalSteps", {"eval_steps=0"}, "eval_steps: must be >= 1, got 0"},
         // Model
         BadValue{"UnknownPreset", {"model_name=gpt3"},
                  "model_name: unknown preset 'gpt3' (known: " + kPresets + ")"},
@@ -125,10 +124,65 @@ TEST(ConfigAccepts, TheBoundaryValues) {
   EXPECT_EQ(cfg.dtype, "bfloat16") << "bf16 on a CPU is refused by the trainer, not here";
 }
 
-TEST(ConfigAccepts, MinusOneAsTheHeadersUnsetMarker) {
-  const Config cfg = from_yaml_text(kMinimal, {"steps=-1", "num_epochs=3"});
+// -1 is how the Config struct stores "unset", but a user who writes -1 made a mistake: only
+// null (or leaving the key out) unsets. Every key that may be unset is checked, in a file and
+// as an override, and the key is named even when the rest of the config would be valid.
+const std::vector<std::string> kUnsettableKeys = {
+    "steps", "num_epochs", "global_batch_size", "per_device_batch_size", "eval_steps",
+    "num_decoder_layers", "num_heads", "emb_dim", "mlp_dim", "vocab_size",
+    "max_position_embeddings"};
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides) {
+  try {
+    from_yaml_text(yaml, overrides);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(ConfigRejectsExplicitMinusOne, AsAnOverrideForEveryUnsettableKey) {
+  for (const auto& key : kUnsettableKeys)
+    EXPECT_EQ(error_of(kMinimal, {key + "=-1"}), key + ": must be >= 1, got -1");
+}
+
+TEST(ConfigRejectsExplicitMinusOne, InTheFileForEveryUnsettableKey) {
+  for (const auto& key : kUnsettableKeys) {
+    const std::string yaml = key == "global_batch_size"
+                                 ? "train_files: train.h5\nmax_target_length: 64\n"
+                                 : kMinimal;
+    EXPECT_EQ(error_of(yaml + key + ": -1\n", {}), key + ": must be >= 1, got -1");
+  }
+}
+
+TEST(ConfigRejectsExplicitMinusOne, ZeroAndOtherNegativesToo) {
+  for (const auto& key : kUnsettableKeys) {
+    EXPECT_EQ(error_of(kMinimal, {key + "=0"}), key + ": must be >= 1, got 0");
+    EXPECT_EQ(error_of(kMinimal, {key + "=-5"}), key + ": must be >= 1, got -5");
+  }
+}
+
+TEST(ConfigRejectsExplicitMinusOne, TheTableMarksExactlyTheseKeysUnsettable) {
+  std::vector<std::string> unsettable;
+  for (const auto& key : detail::all_keys())
+    if (key.unset_allowed) unsettable.push_back(key.name);
+  EXPECT_EQ(unsettable, kUnsettableKeys);
+}
+
+TEST(ConfigAccepts, NullAsUnsetInTheFileAndAsAnOverride) {
+  const Config cfg =
+      from_yaml_text(kMinimal + "steps: null\nemb_dim: ~\neval_steps:\n", {"num_epochs=null"});
   EXPECT_EQ(cfg.steps, -1);
-  EXPECT_EQ(cfg.num_epochs, 3);
+  EXPECT_EQ(cfg.num_epochs, -1);
+  EXPECT_EQ(cfg.emb_dim, -1);
+  EXPECT_EQ(cfg.eval_steps, -1);
+}
+
+TEST(ConfigAccepts, AnOverrideReplacesAnExplicitMinusOneInTheFile) {
+  // Validation sees only the final values: null or a valid number replaces the file's -1.
+  EXPECT_EQ(from_yaml_text(kMinimal + "steps: -1\n", {"steps=null"}).steps, -1);
+  EXPECT_EQ(from_yaml_text(kMinimal + "steps: -1\n", {"steps=4"}).steps, 4);
+  EXPECT_EQ(error_of(kMinimal + "steps: 4\n", {"steps=-1"}), "steps: must be >= 1, got -1");
 }
 
 TEST(ConfigAccepts, PerDeviceBatchInsteadOfGlobal) {
