@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         static_cast<long long>(s.completion_tokens));
     return 0;
   } catch (const sftdp::UserError& e) {
-    std::fprintf(stderr, "sft_prepare: error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
 }

@@ -1,6 +1,11 @@
 // tests/data/test_sft_prepare.cpp — the sft_prepare binary end to end: a good JSONL file gives
 // exit 0, a summary and a file Dataset reads; bad input gives exit 2, one `error:` line naming
-// file and line, and no output file (nor a temporary one) left behind.
+// file and line, and no output file (nor a temporary one) left behind. Every user error is exactly
+// one stderr line that starts with `error:` (SPEC §2).
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/test_util.h"
 #include "data/tokenizer.h"
 #include "sftdp/data.h"
@@ -22,6 +27,21 @@ class SftPrepare : public ::testing::Test {
                        h5 + " " + extra);
   }
 };
+
+// Runs sft_prepare with `args`; output holds its stderr only (stdout is discarded).
+sftdp::test::CommandResult prepare_stderr(const std::string& args) {
+  return run_command("{ " + sftdp::test::binary("sft_prepare") + " " + args +
+                     " 2>&1 >/dev/null; }");
+}
+
+// A user error is one line on stderr that starts with "error: " and names `what`.
+void expect_one_error_line(const sftdp::test::CommandResult& r, const std::string& what) {
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << "stderr: " << r.output;
+  ASSERT_FALSE(r.output.empty());
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not exactly one line: " << r.output;
+  EXPECT_CONTAINS(r.output, what);
+}
 
 TEST_F(SftPrepare, GoodFileExitsZeroAndIsReadableByDataset) {
   sftdp::test::write_file(jsonl,
@@ -72,33 +92,34 @@ TEST_F(SftPrepare, BadJsonLineExitsTwoNamingTheLineAndWritesNothing) {
                           "{\"prompt\": \"a\", \"completion\": \"b\"}\n"
                           "{\"prompt\": \"c\", \"completion\": \"d\"}\n"
                           "{\"prompt\": \"e\", \"completion\": \n");
-  const auto r = prepare("--max-length 16");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_CONTAINS(r.output, "error: " + jsonl + ":3: invalid JSON");
+  const auto r = prepare_stderr("--input " + jsonl + " --output " + h5 + " --max-length 16");
+  expect_one_error_line(r, "error: " + jsonl + ":3: invalid JSON");
   EXPECT_FALSE(sftdp::test::file_exists(h5));
   EXPECT_TRUE(sftdp::test::list_files(dir / "out").empty());
 }
 
 TEST_F(SftPrepare, MissingFieldExitsTwoWithLineNumber) {
   sftdp::test::write_file(jsonl, "{\"prompt\": \"a\", \"answer\": \"b\"}\n");
-  const auto r = prepare("--max-length 16");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_CONTAINS(r.output, "error: " + jsonl + ":1: missing \"completion\"");
+  const auto r = prepare_stderr("--input " + jsonl + " --output " + h5 + " --max-length 16");
+  expect_one_error_line(r, "error: " + jsonl + ":1: missing \"completion\"");
   EXPECT_FALSE(sftdp::test::file_exists(h5));
 }
 
 TEST_F(SftPrepare, UsageErrorsExitTwo) {
   sftdp::test::write_file(jsonl, "{\"prompt\": \"a\", \"completion\": \"b\"}\n");
-  for (const char* extra : {"", "--max-length 0", "--max-length 8 --overflow keep",
-                            "--max-length 8 --shuffle", "--max-length"}) {
-    const auto r = prepare(extra);
-    EXPECT_EQ(r.exit_code, 2) << extra << ": " << r.output;
-    EXPECT_CONTAINS(r.output, "sft_prepare: error: ");
+  const std::string files = "--input " + jsonl + " --output " + h5 + " ";
+  for (const auto& [extra, what] : std::vector<std::pair<std::string, std::string>>{
+           {"", "--input, --output and --max-length are required"},
+           {"--max-length 0", "--max-length: expected a positive integer"},
+           {"--max-length 8 --overflow keep", "--overflow: expected drop or truncate"},
+           {"--max-length 8 --shuffle", "unknown argument \"--shuffle\""},
+           {"--max-length", "--max-length: needs a value"}}) {
+    SCOPED_TRACE(extra);
+    expect_one_error_line(prepare_stderr(files + extra), what);
   }
-  const auto missing = run_command(sftdp::test::binary("sft_prepare") + " --input " +
-                                   (dir / "none.jsonl") + " --output " + h5 + " --max-length 8");
-  EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_CONTAINS(missing.output, "none.jsonl: not found");
+  expect_one_error_line(
+      prepare_stderr("--input " + (dir / "none.jsonl") + " --output " + h5 + " --max-length 8"),
+      "none.jsonl: not found");
   EXPECT_FALSE(sftdp::test::file_exists(h5));
 }
 
