@@ -3,6 +3,7 @@
 // Exit 0 success, 2 bad usage or input (one `error:` line, no output file), 1 anything else.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "data/data_writer.h"
@@ -39,6 +40,16 @@ int parse_length(const std::string& text) {
   return static_cast<int>(v);
 }
 
+// Writing the output replaces the file at that path, so an output that is the input (the same
+// spelling, another spelling, or a link to it) would destroy the input: refuse it up front.
+void refuse_output_over_input(const std::string& input, const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool same = input == output || (fs::exists(output, ec) && fs::exists(input, ec) &&
+                                        fs::equivalent(input, output, ec));
+  if (same) throw sftdp::UserError("--output: is the same file as --input");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,6 +84,7 @@ int main(int argc, char** argv) {
     }
     if (input.empty() || output.empty() || options.T == 0)
       throw sftdp::UserError("--input, --output and --max-length are required");
+    refuse_output_over_input(input, output);
 
     const Prepared prepared = prepare_jsonl(input, options);
     write_data_file(output, prepared.rows, tok::kVocabSize);

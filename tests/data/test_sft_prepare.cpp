@@ -2,6 +2,7 @@
 // exit 0, a summary and a file Dataset reads; bad input gives exit 2, one `error:` line naming
 // file and line, and no output file (nor a temporary one) left behind. Every user error is exactly
 // one stderr line that starts with `error:` (SPEC §2).
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,6 +122,27 @@ TEST_F(SftPrepare, UsageErrorsExitTwo) {
       prepare_stderr("--input " + (dir / "none.jsonl") + " --output " + h5 + " --max-length 8"),
       "none.jsonl: not found");
   EXPECT_FALSE(sftdp::test::file_exists(h5));
+}
+
+TEST_F(SftPrepare, OutputThatIsTheInputIsRefusedAndTheInputKept) {
+  const std::string text = "{\"prompt\": \"a\", \"completion\": \"b\"}\n";
+  sftdp::test::write_file(jsonl, text);
+  std::filesystem::create_symlink(jsonl, dir / "link.jsonl");
+  for (const std::string& output :
+       {jsonl, dir / "./train.jsonl", dir / "out/../train.jsonl", dir / "link.jsonl"}) {
+    SCOPED_TRACE(output);
+    std::filesystem::create_directories(dir / "out");
+    expect_one_error_line(
+        prepare_stderr("--input " + jsonl + " --output " + output + " --max-length 8"),
+        "error: --output: is the same file as --input");
+    EXPECT_EQ(sftdp::test::read_file(jsonl), text);
+    EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.jsonl"));
+  }
+  // The input named through the link is the same file too.
+  expect_one_error_line(
+      prepare_stderr("--input " + (dir / "link.jsonl") + " --output " + jsonl + " --max-length 8"),
+      "error: --output: is the same file as --input");
+  EXPECT_EQ(sftdp::test::read_file(jsonl), text);
 }
 
 TEST_F(SftPrepare, HelpDocumentsFormatsAndTokenTable) {
