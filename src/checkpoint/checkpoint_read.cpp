@@ -1,13 +1,15 @@
 // src/checkpoint/checkpoint_read.cpp — load() and load_params() (SPEC §5). Everything a user can
 // get wrong (a missing file, a file that is not HDF5, a tensor missing, of the wrong type or
-// shape, a tensor the model does not have, a missing attribute) throws UserError naming the file
-// and the tensor or attribute. All metadata is checked before any data is read, so a mismatch
-// leaves the caller's buffers untouched.
+// shape, a tensor the model does not have, a missing or out-of-range attribute) throws UserError
+// naming the file and the tensor or attribute. All metadata is checked before any data is read, so
+// a mismatch leaves the caller's buffers untouched. Files written before global_batch and
+// optimizer_updates existed load with global_batch = 0 (unknown) and optimizer_updates = step.
 #include <hdf5.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <set>
 #include <string>
@@ -97,6 +99,13 @@ class CheckpointReader {
     if (H5Aread(attr.get(), H5T_NATIVE_INT64, &value) < 0)
       fail(std::string("root attribute '") + name + "' could not be read");
     return value;
+  }
+
+  bool has_attr(const char* name) {
+    const htri_t exists = H5Aexists(file_.get(), name);
+    if (exists < 0)
+      fail("not a readable HDF5 checkpoint (looking up attribute '" + std::string(name) + "')");
+    return exists > 0;
   }
 
   // A scalar string root attribute, variable- or fixed-length.
@@ -195,11 +204,17 @@ class CheckpointReader {
   H5Handle file_;
 };
 
+// `value` of root attribute `name` must lie in [lowest, highest]; `bounds` says why in words.
+void require_in_range(CheckpointReader& r, const char* name, int64_t value, int64_t lowest,
+                      int64_t highest, const std::string& bounds) {
+  if (value < lowest || value > highest)
+    r.fail(std::string("root attribute '") + name + "' is " + std::to_string(value) +
+           ", must be " + bounds);
+}
+
 int64_t non_negative_attr(CheckpointReader& r, const char* name) {
   const int64_t value = r.int_attr(name);
-  if (value < 0)
-    r.fail(std::string("root attribute '") + name + "' is " + std::to_string(value) +
-           ", must be >= 0");
+  require_in_range(r, name, value, 0, INT64_MAX, ">= 0");
   return value;
 }
 
@@ -223,6 +238,11 @@ void load(const std::string& path, const model::ParamLayout& layout, std::vector
   loaded.step = non_negative_attr(r, "step");
   loaded.epoch = non_negative_attr(r, "epoch");
   loaded.step_in_epoch = non_negative_attr(r, "step_in_epoch");
+  loaded.global_batch = r.has_attr("global_batch") ? non_negative_attr(r, "global_batch") : 0;
+  loaded.optimizer_updates =
+      r.has_attr("optimizer_updates") ? r.int_attr("optimizer_updates") : loaded.step;
+  require_in_range(r, "optimizer_updates", loaded.optimizer_updates, 0, loaded.step,
+                   "in [0, step] = [0, " + std::to_string(loaded.step) + "]");
   loaded.config_yaml = r.string_attr("config");
 
   params.resize(layout.total);

@@ -156,7 +156,12 @@ std::string save(const std::string& dir, const model::ParamLayout& layout,
   detail::check_layout(layout, params.size());
   SFTDP_ASSERT(m.size() == layout.total && v.size() == layout.total,
                "AdamW moment buffers differ from layout.total");
-  SFTDP_ASSERT(state.step >= 0, "negative step");
+  // Never write a file that load() would refuse.
+  SFTDP_ASSERT(state.step >= 0 && state.epoch >= 0 && state.step_in_epoch >= 0 &&
+                   state.global_batch >= 0,
+               "negative step, data cursor or global batch in the TrainState");
+  SFTDP_ASSERT(state.optimizer_updates >= 0 && state.optimizer_updates <= state.step,
+               "optimizer_updates outside [0, step]");
   const std::string final_path =
       (fs::path(dir) / ("step_" + std::to_string(state.step) + ".h5")).string();
 
@@ -173,6 +178,9 @@ std::string save(const std::string& dir, const model::ParamLayout& layout,
   write_scalar_attr(w, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &state.step);
   write_scalar_attr(w, "epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &state.epoch);
   write_scalar_attr(w, "step_in_epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &state.step_in_epoch);
+  write_scalar_attr(w, "global_batch", H5T_STD_I64LE, H5T_NATIVE_INT64, &state.global_batch);
+  write_scalar_attr(w, "optimizer_updates", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                    &state.optimizer_updates);
   write_string_attr(w, "config", state.config_yaml);
   w.commit();
   return final_path;

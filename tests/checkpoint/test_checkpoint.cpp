@@ -1,6 +1,7 @@
 // tests/checkpoint/test_checkpoint.cpp — checkpoint contents (SPEC §5): save → load is bitwise,
 // the file layout is what SPEC names (dotted names are single links, typed root attributes), and
-// every kind of bad file gives a UserError naming the file and the tensor or attribute.
+// every kind of bad file gives a UserError naming the file and the tensor or attribute. The
+// TrainState round-trips whole; files older than global_batch/optimizer_updates get defaults.
 #include <hdf5.h>
 
 #include <functional>
@@ -87,6 +88,8 @@ class CheckpointTest : public ::testing::Test {
     state.step = 123;
     state.epoch = 2;
     state.step_in_epoch = 7;
+    state.global_batch = 24;
+    state.optimizer_updates = 120;  // three steps were skipped (non-finite gradients)
     state.config_yaml = "run_name: tiny\nmodel:\n  emb_dim: 4  # ünïcode comment\n";
   }
   std::string save_one() { return save(dir.path(), layout, params, m, v, state); }
@@ -116,6 +119,8 @@ TEST_F(CheckpointTest, SaveThenLoadIsBitwise) {
   EXPECT_EQ(s2.step, 123);
   EXPECT_EQ(s2.epoch, 2);
   EXPECT_EQ(s2.step_in_epoch, 7);
+  EXPECT_EQ(s2.global_batch, 24);
+  EXPECT_EQ(s2.optimizer_updates, 120);
   EXPECT_EQ(s2.config_yaml, state.config_yaml);
 }
 
@@ -138,7 +143,8 @@ TEST_F(CheckpointTest, FileHoldsSpecNamesAsSingleLinksAndTypedAttributes) {
     H5Dclose(d);
     H5Gclose(g);
   }
-  for (const char* name : {"step", "epoch", "step_in_epoch"}) {
+  for (const char* name :
+       {"step", "epoch", "step_in_epoch", "global_batch", "optimizer_updates"}) {
     const hid_t a = H5Aopen(file, name, H5P_DEFAULT);
     ASSERT_GE(a, 0) << name;
     const hid_t type = H5Aget_type(a);
@@ -240,6 +246,69 @@ TEST_F(CheckpointTest, EachMissingRootAttributeIsAUserError) {
     edit_h5(path, [&](hid_t f) { ASSERT_GE(H5Adelete(f, name), 0); });
     EXPECT_EQ(load_error(path, layout), path + ": root attribute '" + name + "' is missing");
   }
+}
+
+// Replaces root attribute `name` by an int64 scalar holding `value`.
+void set_int64_attr(hid_t file, const char* name, int64_t value) {
+  if (H5Aexists(file, name) > 0) {
+    ASSERT_GE(H5Adelete(file, name), 0);
+  }
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(file, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(attr, 0);
+  ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &value), 0);
+  H5Aclose(attr);
+  H5Sclose(space);
+}
+
+TEST_F(CheckpointTest, FilesWithoutTheNewAttributesLoadWithDefaults) {
+  // Written before global_batch and optimizer_updates existed: every step was an update.
+  const std::string path = save_one();
+  edit_h5(path, [](hid_t f) {
+    ASSERT_GE(H5Adelete(f, "global_batch"), 0);
+    ASSERT_GE(H5Adelete(f, "optimizer_updates"), 0);
+  });
+  std::vector<float> p, mm, vv;
+  TrainState s;
+  s.global_batch = 99;
+  s.optimizer_updates = 99;
+  load(path, layout, p, mm, vv, s);
+  EXPECT_EQ(s.step, 123);
+  EXPECT_EQ(s.global_batch, 0) << "0 = unknown";
+  EXPECT_EQ(s.optimizer_updates, 123);
+  EXPECT_TRUE(test::bitwise_equal(p, params));
+}
+
+TEST_F(CheckpointTest, OutOfRangeStateAttributesAreUserErrors) {
+  const std::vector<std::pair<std::string, int64_t>> bad = {
+      {"step", -1}, {"epoch", -1}, {"step_in_epoch", -2}, {"global_batch", -1},
+      {"optimizer_updates", -1}, {"optimizer_updates", 124}};
+  for (const auto& [name, value] : bad) {
+    const std::string path = save_one();
+    edit_h5(path, [&](hid_t f) { set_int64_attr(f, name.c_str(), value); });
+    const std::string bounds = name == "optimizer_updates" ? "in [0, step] = [0, 123]" : ">= 0";
+    EXPECT_EQ(load_error(path, layout), path + ": root attribute '" + name + "' is " +
+                                            std::to_string(value) + ", must be " + bounds);
+  }
+  // The bounds themselves load: no update yet, or one per step.
+  for (const int64_t updates : {int64_t{0}, int64_t{123}}) {
+    const std::string path = save_one();
+    edit_h5(path, [&](hid_t f) { set_int64_attr(f, "optimizer_updates", updates); });
+    std::vector<float> p, mm, vv;
+    TrainState s;
+    load(path, layout, p, mm, vv, s);
+    EXPECT_EQ(s.optimizer_updates, updates);
+  }
+}
+
+TEST_F(CheckpointTest, SaveRefusesAStateThatLoadWouldRefuse) {
+  state.optimizer_updates = state.step + 1;
+  EXPECT_EXIT(save_one(), ::testing::ExitedWithCode(1),
+              "optimizer_updates outside \\[0, step\\]");
+  state.optimizer_updates = 0;
+  state.global_batch = -1;
+  EXPECT_EXIT(save_one(), ::testing::ExitedWithCode(1), "global batch");
+  EXPECT_TRUE(test::list_files(dir.path()).empty());
 }
 
 TEST_F(CheckpointTest, MismatchLeavesCallerBuffersUntouched) {
