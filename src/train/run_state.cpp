@@ -49,13 +49,17 @@ void check_output_directory(const config::Config& cfg, const RunPaths& paths, co
         throw UserError("resume: false, but " + paths.checkpoint_dir + " already holds " + *ckpt +
                         " from an earlier run (use another run_name, or delete the checkpoints)");
     }
-    // Probe without creating anything: the nearest existing ancestor must be a writable directory.
-    fs::path probe = paths.run_dir;
-    while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
-    if (probe.empty()) probe = ".";
-    if (!fs::is_directory(probe, ec) || access(probe.c_str(), W_OK | X_OK) != 0)
-      throw UserError("base_output_directory: cannot create " + paths.run_dir + " (" + probe.string() +
-                      " is not a writable directory)");
+    // Create the run directory for real (the only honest test), then remove what this check
+    // created: nothing is left behind if a later check (a bad row at step 1) fails.
+    fs::path existing = fs::absolute(paths.run_dir, ec);
+    while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+    fs::create_directories(paths.run_dir, ec);
+    if (ec || !fs::is_directory(paths.run_dir))
+      throw UserError("base_output_directory: cannot create " + paths.run_dir + ": " + ec.message());
+    if (access(paths.run_dir.c_str(), W_OK | X_OK) != 0)
+      throw UserError("base_output_directory: " + paths.run_dir + " is not writable");
+    for (fs::path p = fs::absolute(paths.run_dir, ec); !p.empty() && p != existing; p = p.parent_path())
+      if (!fs::remove(p, ec)) break;  // only directories this check created, deepest first
     if (fs::exists(paths.metrics_path, ec) && !fs::is_regular_file(paths.metrics_path, ec))
       throw UserError("base_output_directory: " + paths.metrics_path + " exists and is not a file");
     if (fs::exists(paths.checkpoint_dir, ec) && !fs::is_directory(paths.checkpoint_dir, ec))

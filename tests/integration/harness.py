@@ -102,13 +102,14 @@ def read_params(path, group="params"):
 
 
 def max_rel(a, b):
-    """The worst, over tensors, of max |a-b| / max |b| within one tensor (so a small bias tensor
-    is judged against its own scale, not the LayerNorm weights')."""
+    """The worst, over tensors, of the relative error ||a-b|| / ||b|| of one tensor (so a small
+    bias tensor is judged against its own size, not against the LayerNorm weights')."""
     assert set(a) == set(b), "different tensor names"
     worst = 0.0
     for k in b:
-        den = max(float(np.max(np.abs(b[k]))), 1e-12)
-        worst = max(worst, float(np.max(np.abs(a[k].astype(np.float64) - b[k]))) / den)
+        ref = b[k].astype(np.float64)
+        den = max(float(np.linalg.norm(ref)), 1e-12)
+        worst = max(worst, float(np.linalg.norm(a[k].astype(np.float64) - ref)) / den)
     return worst
 
 
