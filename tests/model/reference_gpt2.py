@@ -27,7 +27,8 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(p, L, NH, inputs, targets, weights, segments, positions):
+def logits_of(p, L, NH, inputs, segments, positions):
+    """(B, T, V) logits of SPEC §5's GPT-2 for (B, T) token ids."""
     B, T = inputs.shape
     C = p["wte"].shape[1]
     hs = C // NH
@@ -51,7 +52,12 @@ def forward(p, L, NH, inputs, targets, weights, segments, positions):
         m = gelu_tanh(m @ p[h + "mlp.fc.weight"].T + p[h + "mlp.fc.bias"])
         x = x + m @ p[h + "mlp.proj.weight"].T + p[h + "mlp.proj.bias"]
     x = layernorm(x, p["ln_f.weight"], p["ln_f.bias"])
-    logits = x @ p["wte"].T
+    return x @ p["wte"].T
+
+
+def forward(p, L, NH, inputs, targets, weights, segments, positions):
+    """SPEC §1's loss sum Σ w·(−log softmax(logits)[target]) and weight sum Σ w."""
+    logits = logits_of(p, L, NH, inputs, segments, positions)
     nll = -torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]
     return (weights * nll).sum(), weights.sum()
 
