@@ -140,6 +140,10 @@ AlgoKey key_of(const LtCall& call, bool epilogue) {
 
 // The heuristic's first choice for this call, cached (the heuristic is deterministic, so the cache
 // only saves host time; it never changes the result).
+// GPU-CHECK: bitwise run-to-run reproducibility rests on cuBLASLt's own guarantee for a fixed
+// algorithm (its split-K reduction schemes are ordered: INPLACE serialises with counters, the others
+// reduce in a separate pass). The CUDA model test "three steps bitwise twice" checks it; should it
+// fail, set CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK to CUBLASLT_REDUCTION_SCHEME_NONE here.
 const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs, bool epilogue) {
   static std::map<AlgoKey, CachedAlgo> cache;
   const AlgoKey key = key_of(call, epilogue);
@@ -182,6 +186,11 @@ __global__ void add_bias_kernel(float* C, const float* bias, int M, int N, int l
 }
 
 // bf16 copy of a stored column-major matrix (rows x cols, leading dimension ld) into `slot`.
+// GPU-CHECK: the copy keeps the fp32 leading dimension, so bf16 columns start only 2-byte aligned
+// when ld is odd (the tests' IC=257; the LM head's dlogits with ld = V = 50257 in matmul_bwd).
+// Verify the heuristic still returns an algorithm for those shapes (else the assert below fires)
+// and time the LM-head GEMMs in bench_gpu_step: if they fall to a slow non-tensor-core kernel,
+// write the copy with ld rounded up to a multiple of 8 (16 bytes) and pass that ld to the layout.
 const __nv_bfloat16* to_bf16(Scratch slot, const void* src, int rows, int cols, int ld, cudaStream_t stream) {
   const size_t extent = static_cast<size_t>(ld) * (cols - 1) + rows;
   auto* dst = scratch_as<__nv_bfloat16>(slot, extent);
@@ -253,6 +262,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b, &call.beta,
                               call.c, descs.c, call.c, descs.c, &algo->algo, workspace, kWorkspaceBytes, stream));
   if (bias) {
+    // GPU-CHECK: the kernel tests allocate bias with cudaMalloc (256-byte aligned), so they take the
+    // fused-epilogue path; this fallback runs for biases at < 16-byte-aligned offsets of the flat
+    // parameter buffer. Verify the model test (CUDA vs CPU grads) passes with both paths in use.
     constexpr int kBlock = 256;
     add_bias_kernel<<<elementwise_blocks(static_cast<size_t>(M) * N, kBlock), kBlock, 0, stream>>>(C, bias, M, N,
                                                                                                    ldc);

@@ -44,7 +44,9 @@ __global__ void __launch_bounds__(kFinishBlock) finish_sum_kernel(float* dst, co
   double acc = 0.0;
   for (int i = threadIdx.x; i < P; i += blockDim.x) acc += partials[i];
   acc = block_sum(acc, shared);
-  if (threadIdx.x == 0) dst[0] = accumulate ? dst[0] + static_cast<float>(acc) : static_cast<float>(acc);
+  // One rounding to fp32, after the add in fp64, as the CPU twins do (sums[0] = float(sums[0] +
+  // loss_sum)); rounding acc first and adding in fp32 could differ from them by an ulp.
+  if (threadIdx.x == 0) dst[0] = static_cast<float>(accumulate ? static_cast<double>(dst[0]) + acc : acc);
 }
 
 // partials[chunk·C + c] = Σ x[n·C + c] over the chunk's rows; block (kColTile, kColRows),

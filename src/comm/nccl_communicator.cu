@@ -45,6 +45,10 @@ class NcclCommunicator final : public MpiHostCommunicator {
     // The gradients were produced on the kernels' stream: wait for them without a device sync.
     CHECK_CUDA(cudaEventRecord(kernels_done_, cuda::stream()));
     CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
+    // GPU-CHECK: only ever run on one GPU so far (one rank: NCCL copies). A run with 2+ GPUs must
+    // show the ranks' summed gradients bitwise equal (NCCL's ring/tree finish each chunk on one rank
+    // and broadcast it) and the MPI-vs-NCCL loss curves within tolerance. Two ranks cannot share
+    // one GPU (NCCL refuses duplicate devices), so this needs a multi-GPU machine.
     CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
     // Returning means the sums are usable by whatever the caller queues next, on any stream.
     CHECK_CUDA(cudaStreamSynchronize(stream_));
