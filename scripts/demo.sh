@@ -23,7 +23,7 @@ else
 fi
 # The verdict a person wants: eval loss at the start vs the end.
 /usr/bin/python3 - "$@" <<'PY'
-import json, sys, yaml
+import json, os, sys, yaml
 cfg = yaml.safe_load(open("configs/tiny.yml"))
 for a in sys.argv[1:]:
     k, _, v = a.partition("=")
@@ -33,4 +33,12 @@ ev = [json.loads(l) for l in open(path) if "eval_loss" in l]
 if len(ev) >= 2:
     print(f"eval loss: {ev[0]['eval_loss']:.4f} at step {ev[0]['step']} -> "
           f"{ev[-1]['eval_loss']:.4f} at step {ev[-1]['step']} ({path})")
+ckpts = f"{cfg['base_output_directory']}/{cfg['run_name']}/checkpoints"
+
+newest = max((f for f in os.listdir(ckpts) if f.startswith("step_")), key=lambda f: int(f[5:-3]))
+open(".demo_checkpoint", "w").write(f"{ckpts}/{newest}")
 PY
+# What the model answers now, greedy, on the first eval prompts (not seen in training).
+echo "greedy completions on held-out prompts:"
+/usr/bin/python3 scripts/sample.py "$(cat .demo_checkpoint)" "$DATA/eval.jsonl" 12
+rm -f .demo_checkpoint
