@@ -2,13 +2,17 @@
 // get wrong (a missing file, a file that is not HDF5, a tensor missing, of the wrong type or
 // shape, a tensor the model does not have, a missing or out-of-range attribute) throws UserError
 // naming the file and the tensor or attribute. All metadata is checked before any data is read, so
-// a mismatch leaves the caller's buffers untouched. Files written before global_batch and
-// optimizer_updates existed load with global_batch = 0 (unknown) and optimizer_updates = step.
+// a mismatch leaves the caller's buffers untouched; a non-finite value (or a negative second
+// moment) is found while reading, so the buffers are then partly filled and must be discarded.
+// Files written before global_batch and optimizer_updates existed load with global_batch = 0
+// (unknown) and optimizer_updates = step.
 #include <hdf5.h>
+
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -77,14 +81,20 @@ class CheckpointReader {
   }
 
   // Reads every tensor of `group` into `out` at its offset. check_tensors() must have passed.
+  // Every value must be finite (and >= 0 where non_negative: AdamW's second moment), so a run
+  // never resumes from a checkpoint of a run that had already diverged.
   void read_tensors(const std::string& group, const model::ParamLayout& layout,
-                    std::vector<float>& out) {
+                    std::vector<float>& out, bool non_negative = false) {
     H5Handle g = open_group(group);
     for (const auto& t : layout.tensors) {
       H5Handle dset(H5Dopen2(g.get(), t.name.c_str(), H5P_DEFAULT), H5Dclose);
-      if (!dset.valid() || H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                   out.data() + t.offset) < 0)
+      float* data = out.data() + t.offset;
+      if (!dset.valid() || H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
         fail("/" + group + "/" + t.name + " could not be read (the file is corrupt)");
+      for (size_t i = 0; i < t.numel; ++i)
+        if (!std::isfinite(data[i]) || (non_negative && data[i] < 0))
+          fail("/" + group + "/" + t.name + " element " + std::to_string(i) + " is " +
+               std::to_string(data[i]) + (non_negative ? " (must be finite and >= 0)" : " (must be finite)"));
     }
   }
 
@@ -250,7 +260,7 @@ void load(const std::string& path, const model::ParamLayout& layout, std::vector
   v.resize(layout.total);
   r.read_tensors(params_group, layout, params);
   r.read_tensors(m_group, layout, m);
-  r.read_tensors(v_group, layout, v);
+  r.read_tensors(v_group, layout, v, /*non_negative=*/true);
   state = std::move(loaded);
 }
 

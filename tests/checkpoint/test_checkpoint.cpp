@@ -4,6 +4,7 @@
 // TrainState round-trips whole; files older than global_batch/optimizer_updates get defaults.
 #include <hdf5.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <utility>
@@ -374,3 +375,35 @@ TEST_F(CheckpointTest, FileWithoutParamsGroupIsAUserError) {
 
 }  // namespace
 }  // namespace sftdp::checkpoint
+
+// A checkpoint of a run that had already diverged (NaN or Inf weights, a negative second moment)
+// is refused by name, so resuming never continues from garbage.
+TEST(CheckpointValues, NonFiniteParamsAndNegativeSecondMomentAreRefused) {
+  sftdp::test::TempDir dir;
+  const auto lay = sftdp::model::gpt2_layout({1, 2, 8, 16, 11, 4});
+  std::vector<float> p(lay.total, 0.5f), m(lay.total, 0.1f), v(lay.total, 0.2f);
+  sftdp::checkpoint::TrainState st;
+  st.step = 1, st.optimizer_updates = 1, st.config_yaml = "x: 1";
+  const auto& wte = lay.find("wte");
+  int n = 0;
+  auto expect_refused = [&](std::vector<float> pp, std::vector<float> vv, const std::string& what) {
+    const auto path = sftdp::checkpoint::save(dir.path() + "/case" + std::to_string(n++), lay, pp, m, vv, st);
+    std::vector<float> a, b, c;
+    sftdp::checkpoint::TrainState s2;
+    try {
+      sftdp::checkpoint::load(path, lay, a, b, c, s2);
+      ADD_FAILURE() << what << ": loaded";
+    } catch (const sftdp::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  auto bad = p;
+  bad[wte.offset + 3] = std::nanf("");
+  expect_refused(bad, v, "/params/wte");
+  bad = p;
+  bad[lay.find("ln_f.bias").offset] = INFINITY;
+  expect_refused(bad, v, "/params/ln_f.bias");
+  auto badv = v;
+  badv[wte.offset] = -1e-9f;
+  expect_refused(p, badv, "/opt/v/wte");
+}
