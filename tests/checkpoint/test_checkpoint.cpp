@@ -10,34 +10,20 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/hand_layout.h"
 #include "common/test_util.h"
 #include "sftdp/check.h"
 #include "sftdp/checkpoint.h"
+
+using sftdp::test::user_error_of;
 
 namespace sftdp::checkpoint {
 namespace {
 
 using model::ParamLayout;
 using test::TempDir;
-using Specs = std::vector<std::pair<std::string, std::vector<int64_t>>>;
-
-// A hand-made layout (independent of model::gpt2_layout): tensors packed in the given order.
-ParamLayout make_layout(const Specs& specs) {
-  ParamLayout layout;
-  for (const auto& [name, shape] : specs) {
-    model::ParamInfo t;
-    t.name = name;
-    t.shape = shape;
-    t.numel = 1;
-    for (int64_t d : shape) t.numel *= static_cast<size_t>(d);
-    t.offset = layout.total;
-    t.decay = shape.size() >= 2;
-    layout.total += t.numel;
-    if (t.decay) ++layout.n_decay;
-    layout.tensors.push_back(t);
-  }
-  return layout;
-}
+using test::make_layout;
+using test::Specs;
 
 const Specs kSmallModel = {{"wte", {16, 4}},
                            {"h.0.attn.qkv.weight", {12, 4}},
@@ -61,17 +47,6 @@ void replace_dataset(hid_t file, const char* where, hid_t type, std::vector<hsiz
   ASSERT_GE(dset, 0);
   H5Dclose(dset);
   H5Sclose(space);
-}
-
-// The message of the UserError that `f` throws ("" and a test failure if it throws none).
-std::string user_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no UserError thrown";
-  return "";
 }
 
 class CheckpointTest : public ::testing::Test {

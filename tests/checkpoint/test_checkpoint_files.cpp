@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/hand_layout.h"
 #include "common/test_util.h"
 #include "sftdp/check.h"
 #include "sftdp/checkpoint.h"
@@ -13,24 +14,7 @@ namespace {
 
 using test::TempDir;
 
-model::ParamLayout tiny_layout() {
-  model::ParamLayout layout;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
-    model::ParamInfo t;
-    t.name = name;
-    t.shape = shape;
-    t.numel = 1;
-    for (int64_t d : shape) t.numel *= static_cast<size_t>(d);
-    t.offset = layout.total;
-    t.decay = shape.size() >= 2;
-    layout.total += t.numel;
-    layout.tensors.push_back(t);
-  };
-  add("wte", {8, 2});
-  add("ln_f.weight", {2});
-  layout.n_decay = 1;
-  return layout;
-}
+model::ParamLayout tiny_layout() { return test::make_layout({{"wte", {8, 2}}, {"ln_f.weight", {2}}}); }
 
 class CheckpointFilesTest : public ::testing::Test {
  protected:

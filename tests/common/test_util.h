@@ -7,6 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "sftdp/check.h"
+
+// Expects `haystack` (a std::string) to contain `needle`; prints the haystack when it does not.
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "in: " << (haystack)
+
 namespace sftdp::test {
 
 // n floats uniform in [lo, hi), deterministic in seed.
@@ -24,6 +30,18 @@ std::vector<int32_t> uniform_int(size_t n, uint64_t seed, int32_t hi);
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b);
 
 bool has_cuda_device();
+
+// The message of the UserError that f throws; a test failure (and "") when it throws none.
+template <class F>
+std::string user_error_of(F&& f) {
+  try {
+    f();
+  } catch (const sftdp::UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UserError, got none";
+  return "";
+}
 
 // A fresh directory under $TMPDIR, removed on destruction.
 class TempDir {

@@ -10,23 +10,13 @@
 #include "sftdp/check.h"
 #include "sftdp/config.h"
 
+using sftdp::test::user_error_of;
+
 namespace sftdp::config {
 namespace {
 
 // The smallest valid config: everything else has a usable default.
 const std::string kMinimal = "train_files: train.h5\nglobal_batch_size: 8\nmax_target_length: 64\n";
-
-// The UserError message `load` throws; fails the test when it throws nothing.
-template <class Load>
-std::string user_error_of(Load&& load) {
-  try {
-    load();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError, got none";
-  return "";
-}
 
 std::string yaml_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   return user_error_of([&] { from_yaml_text(yaml, overrides); });

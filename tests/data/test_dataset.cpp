@@ -12,6 +12,8 @@
 #include "sftdp/check.h"
 #include "sftdp/data.h"
 
+using sftdp::test::user_error_of;
+
 namespace {
 
 using sftdp::UserError;
@@ -106,19 +108,6 @@ void expect_row(const Batch& batch, int b, const Content& c, int r, bool file_ha
     }
   }
 }
-
-template <class F>
-std::string user_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError thrown)";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "in: " << (haystack)
 
 class DatasetTest : public ::testing::Test {
  protected:

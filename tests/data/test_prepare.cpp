@@ -8,6 +8,8 @@
 #include "sftdp/check.h"
 #include "sftdp/data.h"
 
+using sftdp::test::user_error_of;
+
 namespace {
 
 using namespace sftdp::data;
@@ -15,19 +17,6 @@ namespace tok = sftdp::data::tok;
 using sftdp::UserError;
 using V = std::vector<int32_t>;
 using W = std::vector<float>;
-
-template <class F>
-std::string user_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError thrown)";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "in: " << (haystack)
 
 // The [r] row of a RowSet field.
 template <class T>

@@ -15,9 +15,6 @@ namespace {
 
 using sftdp::test::run_command;
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "in: " << (haystack)
-
 class SftPrepare : public ::testing::Test {
  protected:
   sftdp::test::TempDir dir;
