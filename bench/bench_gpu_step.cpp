@@ -41,15 +41,6 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-// Training FLOPs of one step, llm.c's and PaLM's count: per token 6·P for the parameters (each
-// weight multiplies once per token: 2 flops forward, 4 backward; P = all parameters, the tied
-// wte/LM head included; wpe, biases and LayerNorms are < 1% of P and not GEMM work) plus 12·L·C·T
-// for attention (Q·Kᵀ and att·V: 2·2·T·C per token and layer forward, ×3 for training), counting
-// the full T×T although the causal mask zeroes half of it.
-double train_flops(size_t P, const config::ModelDims& d, int B, int T) {
-  return (6.0 * static_cast<double>(P) + 12.0 * d.L * d.C * T) * B * T;
-}
-
 // bf16 bits of a finite float, rounded to nearest even.
 uint16_t bf16_bits(float f) {
   uint32_t u;
@@ -106,18 +97,6 @@ GemmRates cublas_bf16_rates(cublasHandle_t handle, int M, int N, int K, int reps
   CHECK_CUDA(cudaEventDestroy(stop));
   for (void* p : {A, B, C}) CHECK_CUDA(cudaFree(p));
   return r;
-}
-
-// All positions count except a masked quarter-row prompt; random tokens.
-data::Batch random_batch(int B, int T, int V) {
-  data::Batch b;
-  b.B = B, b.T = T;
-  b.inputs = bench::random_ints(size_t(B) * T, 1, V);
-  b.targets = bench::random_ints(size_t(B) * T, 2, V);
-  b.loss_weights.assign(size_t(B) * T, 1.0f);
-  for (int r = 0; r < B; ++r)
-    for (int t = 0; t < T / 4; ++t) b.loss_weights[size_t(r) * T + t] = 0.0f;
-  return b;
 }
 
 struct StepResult {
@@ -203,8 +182,8 @@ int main() {
 
   std::vector<float> params;
   model::init_params(params, model::gpt2_layout(d), d, 1);
-  const auto batch = random_batch(B, T, d.V);
-  const double flops = train_flops(params.size(), d, B, T);
+  const auto batch = bench::random_batch(B, T, d.V);
+  const double flops = bench::train_flops(d, B, T);
   std::ostringstream step_table;
   step_table << "| GEMM inputs | ms/step | tokens/s | TFLOP/s | MFU | initial loss | loss after " << steps + 2
              << " steps |\n|---|--:|--:|--:|--:|--:|--:|\n";
@@ -234,9 +213,9 @@ int main() {
          << " tokens per step, a quarter of each row masked). Median of " << steps << " steps (zero_grads + "
          << "forward_backward + AdamW apply + synchronize) after one checked and one warm-up step.\n\n"
          << step_table.str() << "\n"
-         << "TFLOP/s = (6·P + 12·L·C·T)·B·T per step (" << bench::fmt(flops / 1e12, 2) << " TFLOP): 6 flops per "
-         << "parameter and token (forward 2, backward 4) plus the attention products over the full T×T (llm.c / "
-         << "PaLM convention). MFU = that rate / the best cuBLAS bf16 GEMM rate below (" << bench::fmt(peak, 1)
+         << "TFLOP/s = (6·W + 12·L·C·T)·B·T per step (" << bench::fmt(flops / 1e12, 2) << " TFLOP): 6 flops per "
+         << "GEMM weight W and token (forward 2, backward 4) plus the attention products over the full T×T (llm.c / "
+         << "PaLM convention; bench::train_flops, the count every bench uses). MFU = that rate / the best cuBLAS bf16 GEMM rate below (" << bench::fmt(peak, 1)
          << " TFLOP/s), measured in this run; the fp32 row is set against the same bf16 rate.\n\n"
          << gemm_table.str();
   std::printf("\n%s", report.str().c_str());

@@ -16,30 +16,6 @@
 
 using namespace sftdp;
 
-namespace {
-
-// Training FLOPs per step: 3 × forward (backward ≈ 2 × forward). Forward per token: 2 flops per
-// weight of every Linear and the LM head, plus causal attention (q·k and att·v over ~T/2 keys).
-double train_flops(const config::ModelDims& d, int B, int T) {
-  const double C = d.C, F = d.F, V = d.V;
-  const double per_layer = 2.0 * (3 * C * C + C * C + 2 * C * F) + 2.0 * 2.0 * C * (T + 1) / 2.0;
-  const double fwd_per_token = d.L * per_layer + 2.0 * C * V;
-  return 3.0 * fwd_per_token * B * T;
-}
-
-data::Batch random_batch(int B, int T, int V) {
-  data::Batch b;
-  b.B = B, b.T = T;
-  b.inputs = bench::random_ints(size_t(B) * T, 1, V);
-  b.targets = bench::random_ints(size_t(B) * T, 2, V);
-  b.loss_weights.assign(size_t(B) * T, 1.0f);
-  for (int r = 0; r < B; ++r)
-    for (int t = 0; t < T / 4; ++t) b.loss_weights[size_t(r) * T + t] = 0.0f;  // a masked prompt
-  return b;
-}
-
-}  // namespace
-
 int main() {
   const char* env = std::getenv("SFTDP_BENCH_THREADS");
   const int threads = env ? std::atoi(env) : 2;
@@ -61,7 +37,7 @@ int main() {
     model::init_params(p, m.layout(), c.d, 1);
     m.set_params_from_host(p);
     optim::AdamW opt(m);
-    const auto batch = random_batch(c.B, c.T, c.d.V);
+    const auto batch = bench::random_batch(c.B, c.T, c.d.V);
     int t = 0;
     optim::StepStats stats;
     auto step = [&] {
@@ -72,7 +48,7 @@ int main() {
     step();  // check before timing: at initialisation the loss is close to ln(V)
     ok &= bench::check(std::string(c.name) + " initial loss vs ln(V)", std::fabs(stats.loss - std::log(c.d.V)), 0.5);
     const double ms = bench::median_ms(step, 10, 2);
-    const double gflops = train_flops(c.d, c.B, c.T) / (ms * 1e-3) / 1e9;
+    const double gflops = bench::train_flops(c.d, c.B, c.T) / (ms * 1e-3) / 1e9;
     // The GEMM that dominates the step: the LM head, N = B·T rows, K = C, V outputs.
     const double peak = bench::sgemm_gflops(c.B * c.T, c.d.V, c.d.C, 5);
     table.add_row({c.name, bench::fmt(ms, 1), bench::fmt(c.B * c.T / (ms * 1e-3), 0), bench::fmt(gflops, 1),

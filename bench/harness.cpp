@@ -39,6 +39,23 @@ std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t hi) {
   return v;
 }
 
+data::Batch random_batch(int B, int T, int V) {
+  data::Batch b;
+  b.B = B, b.T = T;
+  b.inputs = random_ints(size_t(B) * T, 1, V);
+  b.targets = random_ints(size_t(B) * T, 2, V);
+  b.loss_weights.assign(size_t(B) * T, 1.0f);
+  for (int r = 0; r < B; ++r)
+    for (int t = 0; t < T / 4; ++t) b.loss_weights[size_t(r) * T + t] = 0.0f;
+  return b;
+}
+
+double train_flops(const config::ModelDims& d, int B, int T) {
+  const double C = d.C, F = d.F, V = d.V;
+  const double gemm_weights = d.L * (3 * C * C + C * C + 2 * C * F) + C * V;
+  return (6.0 * gemm_weights + 12.0 * d.L * C * T) * B * T;
+}
+
 double sgemm_gflops(int M, int N, int K, int reps) {
   const auto a = random_floats(static_cast<size_t>(M) * K, 1), b = random_floats(static_cast<size_t>(N) * K, 2);
   std::vector<float> c(static_cast<size_t>(M) * N);

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "sftdp/config.h"
+#include "sftdp/data.h"
+
 namespace sftdp::bench {
 
 // Median wall time of one call of fn in milliseconds: `warmup` untimed calls, then `reps` timed
@@ -18,6 +21,16 @@ double median_ms(const std::function<void()>& fn, int reps = 10, int warmup = 2)
 // n floats uniform in [lo, hi) / n ints uniform in [0, hi), deterministic in seed.
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
 std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t hi);
+
+// B rows of T random tokens with a masked quarter-row prompt (loss weight 0), the rest weight 1.
+data::Batch random_batch(int B, int T, int V);
+
+// Training FLOPs of one optimizer step of GPT-2 `d` on B×T tokens — the one count every bench
+// reports GFLOP/s and MFU in (llm.c's and PaLM's convention): 6 per GEMM weight per token (2
+// forward, 4 backward; every Linear and the tied LM head; embeddings, biases and LayerNorms are no
+// GEMM work) plus 12·L·C·T per token for attention (q·kᵀ and att·v, 4·T·C forward per layer, ×3),
+// counting the full T×T although the causal mask zeroes half of it.
+double train_flops(const config::ModelDims& d, int B, int T);
 
 // Throughput of plain cblas_sgemm on this machine, GFLOP/s (2·M·N·K flops per call), for the
 // matmul_fwd call C(M,N) = A(M,K)·B(N,K)ᵀ; median over reps. OpenBLAS runs its own threads,
