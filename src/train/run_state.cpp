@@ -15,19 +15,9 @@ namespace fs = std::filesystem;
 namespace sftdp::train {
 
 void on_rank0(comm::Communicator& comm, const std::function<void()>& fn) {
-  std::string error;
-  if (comm.rank() == 0) {
-    try {
-      fn();
-    } catch (const UserError& e) {
-      error = e.what();
-    }
-  }
-  uint64_t len = error.size();
-  comm.broadcast_host(&len, sizeof len, 0);
-  error.resize(len);
-  comm.broadcast_host(error.data(), len, 0);
-  if (len > 0) throw UserError(error);
+  comm::agree_on_user_errors([&] {
+    if (comm.rank() == 0) fn();
+  });
 }
 
 void or_abort_job(comm::Communicator& comm, const std::function<void()>& fn) {
