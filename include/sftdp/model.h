@@ -3,6 +3,7 @@
 // has the same layout plus two trailing floats: [P] = loss sum, [P+1] = weight sum, so one
 // allreduce carries gradient sums and both counts (SPEC §1).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -78,6 +79,9 @@ class Gpt2 {
   const Ops& ops_;
   int max_B_, T_;
   ParamLayout layout_;
+  // Offsets (in floats) of the tensors the passes touch, looked up by name once, not per pass.
+  std::vector<std::array<size_t, 12>> layer_offsets_;  // per layer: ln_1 w,b, qkv w,b, proj w,b, ln_2 w,b, fc w,b, mlp.proj w,b
+  size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   float* params_ = nullptr;
   float* grads_ = nullptr;
   Acts* acts_ = nullptr;

@@ -40,6 +40,15 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T)
     : d_(d), ops_(ops), max_B_(max_B), T_(T), layout_(gpt2_layout(d)) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
   SFTDP_ASSERT(d.C % d.NH == 0, "emb_dim must be divisible by num_heads");
+  static const char* const kLayerTensors[12] = {
+      "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+      "ln_2.weight", "ln_2.bias", "mlp.fc.weight",   "mlp.fc.bias",   "mlp.proj.weight",  "mlp.proj.bias"};
+  layer_offsets_.resize(d.L);
+  for (int l = 0; l < d.L; ++l)
+    for (int k = 0; k < 12; ++k)
+      layer_offsets_[l][k] = layout_.find("h." + std::to_string(l) + "." + kLayerTensors[k]).offset;
+  wte_ = layout_.find("wte").offset, wpe_ = layout_.find("wpe").offset;
+  lnf_w_ = layout_.find("ln_f.weight").offset, lnf_b_ = layout_.find("ln_f.bias").offset;
   params_ = static_cast<float*>(ops_.alloc(layout_.total * sizeof(float)));
   grads_ = static_cast<float*>(ops_.alloc(grad_buffer_floats() * sizeof(float)));
   acts_ = new Acts();
@@ -118,13 +127,9 @@ namespace {
 struct LayerParams {
   const float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-template <class P>
-LayerParams layer_params(const ParamLayout& lay, P base, int l) {
-  const std::string h = "h." + std::to_string(l) + ".";
-  auto at = [&](const char* n) { return base + lay.find(h + n).offset; };
-  return {at("ln_1.weight"), at("ln_1.bias"), at("attn.qkv.weight"), at("attn.qkv.bias"),
-          at("attn.proj.weight"), at("attn.proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
-          at("mlp.fc.weight"), at("mlp.fc.bias"), at("mlp.proj.weight"), at("mlp.proj.bias")};
+LayerParams layer_params(const std::array<size_t, 12>& off, const float* base) {
+  return {base + off[0], base + off[1], base + off[2],  base + off[3],  base + off[4],  base + off[5],
+          base + off[6], base + off[7], base + off[8],  base + off[9],  base + off[10], base + off[11]};
 }
 }  // namespace
 
@@ -135,12 +140,11 @@ void Gpt2::run_forward(int B) {
   const float* p = params_;
   const int32_t* pos = a.has_positions ? a.positions : nullptr;
   const int32_t* seg = a.has_segments ? a.segments : nullptr;
-  o.encoder_fwd(a.encoded, a.inputs, pos, p + layout_.find("wte").offset,
-                p + layout_.find("wpe").offset, B, T, C);
+  o.encoder_fwd(a.encoded, a.inputs, pos, p + wte_, p + wpe_, B, T, C);
   const float* residual = a.encoded;
   for (int l = 0; l < d_.L; ++l) {
     auto& x = a.layers[l];
-    const auto w = layer_params(layout_, p, l);
+    const auto w = layer_params(layer_offsets_[l], p);
     o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
     o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
     o.attention_fwd(x.atty, x.att, x.qkv, seg, B, T, C, NH);
@@ -153,10 +157,9 @@ void Gpt2::run_forward(int B) {
     o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
     residual = x.residual3;
   }
-  o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + layout_.find("ln_f.weight").offset,
-                  p + layout_.find("ln_f.bias").offset, N, C);
+  o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + lnf_w_, p + lnf_b_, N, C);
   // LM head tied to wte: logits = lnf · wteᵀ, no bias.
-  o.matmul_fwd(a.logits, a.lnf, p + layout_.find("wte").offset, nullptr, N, C, V);
+  o.matmul_fwd(a.logits, a.lnf, p + wte_, nullptr, N, C, V);
 }
 
 void Gpt2::run_backward(int B) {
@@ -165,20 +168,17 @@ void Gpt2::run_backward(int B) {
   const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, N = B * T;
   const float* p = params_;
   float* g = grads_;
-  const auto& wte = layout_.find("wte");
-  const auto& lnfw = layout_.find("ln_f.weight");
-  const auto& lnfb = layout_.find("ln_f.bias");
   // a.logits holds dlogits (written in place by the cross-entropy).
-  o.matmul_bwd(a.scratch_btc, g + wte.offset, nullptr, a.logits, a.lnf, p + wte.offset, N, C, V);
+  o.matmul_bwd(a.scratch_btc, g + wte_, nullptr, a.logits, a.lnf, p + wte_, N, C, V);
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
-  o.layernorm_bwd(a.dresidual, g + lnfw.offset, g + lnfb.offset, a.scratch_btc, last,
-                  p + lnfw.offset, a.lnf_mean, a.lnf_rstd, N, C);
+  o.layernorm_bwd(a.dresidual, g + lnf_w_, g + lnf_b_, a.scratch_btc, last, p + lnf_w_, a.lnf_mean,
+                  a.lnf_rstd, N, C);
   for (int l = d_.L - 1; l >= 0; --l) {
     auto& x = a.layers[l];
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-    const auto w = layer_params(layout_, p, l);
-    const auto dw = layer_params(layout_, g, l);
+    const auto w = layer_params(layer_offsets_[l], p);
+    const auto dw = layer_params(layer_offsets_[l], g);
     auto mut = [](const float* q) { return const_cast<float*>(q); };
     // a.dresidual = d residual3; the MLP branch
     o.matmul_bwd(a.dbtf_a, mut(dw.fcprojw), mut(dw.fcprojb), a.dresidual, x.fch_gelu, w.fcprojw, N, F, C);
@@ -194,7 +194,7 @@ void Gpt2::run_backward(int B) {
                     x.ln1_mean, x.ln1_rstd, N, C);
   }
   const int32_t* pos = a.has_positions ? a.positions : nullptr;
-  o.encoder_bwd(g + wte.offset, g + layout_.find("wpe").offset, a.dresidual, a.inputs, pos, B, T, C);
+  o.encoder_bwd(g + wte_, g + wpe_, a.dresidual, a.inputs, pos, B, T, C);
 }
 
 void Gpt2::forward_backward(const data::Batch& batch) {
