@@ -4,9 +4,9 @@
 // weight sum, clips and applies AdamW identically on every rank. Rank 0 writes metrics and
 // checkpoints. Everything that can be wrong with the input is checked before anything is written.
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 
 #include "kernels/ops.h"
