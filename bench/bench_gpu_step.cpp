@@ -11,7 +11,6 @@ int main() {
   return 0;
 }
 #else
-#define SFTDP_CHECK_CUDA_API  // CHECK_CUDA / CHECK_CUBLAS from sftdp/check.h
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -25,7 +24,7 @@ int main() {
 
 #include "harness.h"
 #include "kernels/ops.h"
-#include "sftdp/check.h"
+#include "sftdp/check_cuda.h"
 #include "sftdp/config.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "sftdp/check.h"
+#include "sftdp/check_cuda.h"
 
 // After every kernel launch: a bad launch configuration is reported at the launching line.
 #define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())

@@ -20,26 +20,15 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/h5_handle.h"
-#include "sftdp/check.h"
+#include "checkpoint/format.h"
+#include "h5/h5.h"
+#include "sftdp/check_h5.h"
 #include "sftdp/checkpoint.h"
 
 namespace sftdp::checkpoint {
 namespace {
 
-using detail::H5Handle;
 using detail::shape_text;
-
-// "float64", "int32", ...: the type a user actually stored, for error messages.
-std::string type_text(hid_t type) {
-  const size_t bits = 8 * H5Tget_size(type);
-  switch (H5Tget_class(type)) {
-    case H5T_FLOAT: return "float" + std::to_string(bits);
-    case H5T_INTEGER: return "int" + std::to_string(bits);
-    case H5T_STRING: return "string";
-    default: return "a non-numeric type";
-  }
-}
 
 // An open checkpoint file. HDF5 prints nothing while it is open (the user gets one line).
 class CheckpointReader {
@@ -52,14 +41,14 @@ class CheckpointReader {
     }
     if (S_ISDIR(st.st_mode)) fail("is a directory, not a checkpoint file");
     if (H5Fis_hdf5(path.c_str()) <= 0) fail("not a readable HDF5 checkpoint");
-    const H5Handle fapl = detail::checkpoint_file_access();
-    file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+    const h5::Handle fapl = detail::checkpoint_file_access(/*for_writing=*/false);
+    file_ = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
     if (!file_.valid()) fail("not a readable HDF5 checkpoint");
   }
 
   // `group` ("params", "opt/m") holds exactly the layout's tensors, each float32 of its shape.
   void check_tensors(const std::string& group, const model::ParamLayout& layout) {
-    H5Handle g = open_group(group);
+    h5::Handle g = open_group(group);
     std::set<std::string> expected;
     for (const auto& t : layout.tensors) {
       expected.insert(t.name);
@@ -67,12 +56,12 @@ class CheckpointReader {
       const htri_t exists = H5Lexists(g.get(), t.name.c_str(), H5P_DEFAULT);
       if (exists < 0) fail("not a readable HDF5 checkpoint (looking up " + where + ")");
       if (exists == 0) fail(where + " is missing (the model needs " + shape_text(t.shape) + ")");
-      H5Handle dset(H5Dopen2(g.get(), t.name.c_str(), H5P_DEFAULT), H5Dclose);
+      h5::Handle dset(H5Dopen2(g.get(), t.name.c_str(), H5P_DEFAULT), H5Dclose);
       if (!dset.valid()) fail(where + " is not a dataset");
-      H5Handle type(H5Dget_type(dset.get()), H5Tclose);
+      h5::Handle type(H5Dget_type(dset.get()), H5Tclose);
       if (!type.valid()) fail("not a readable HDF5 checkpoint (type of " + where + ")");
       if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != 4)
-        fail(where + " has type " + type_text(type.get()) + ", the model needs float32");
+        fail(where + " has type " + h5::type_name(type.get()) + ", the model needs float32");
       const std::vector<int64_t> shape = dataset_shape(dset.get(), where);
       if (shape != t.shape)
         fail(where + " has shape " + shape_text(shape) + ", the model needs " + shape_text(t.shape));
@@ -85,9 +74,9 @@ class CheckpointReader {
   // never resumes from a checkpoint of a run that had already diverged.
   void read_tensors(const std::string& group, const model::ParamLayout& layout,
                     std::vector<float>& out, bool non_negative = false) {
-    H5Handle g = open_group(group);
+    h5::Handle g = open_group(group);
     for (const auto& t : layout.tensors) {
-      H5Handle dset(H5Dopen2(g.get(), t.name.c_str(), H5P_DEFAULT), H5Dclose);
+      h5::Handle dset(H5Dopen2(g.get(), t.name.c_str(), H5P_DEFAULT), H5Dclose);
       float* data = out.data() + t.offset;
       if (!dset.valid() || H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
         fail("/" + group + "/" + t.name + " could not be read (the file is corrupt)");
@@ -100,8 +89,8 @@ class CheckpointReader {
 
   // A scalar integer root attribute (any integer width).
   int64_t int_attr(const char* name) {
-    H5Handle attr = open_attr(name);
-    H5Handle type(H5Aget_type(attr.get()), H5Tclose);
+    h5::Handle attr = open_attr(name);
+    h5::Handle type(H5Aget_type(attr.get()), H5Tclose);
     if (!type.valid() || H5Tget_class(type.get()) != H5T_INTEGER)
       fail(std::string("root attribute '") + name + "' must be an integer");
     require_scalar(attr.get(), name);
@@ -120,12 +109,12 @@ class CheckpointReader {
 
   // A scalar string root attribute, variable- or fixed-length.
   std::string string_attr(const char* name) {
-    H5Handle attr = open_attr(name);
-    H5Handle type(H5Aget_type(attr.get()), H5Tclose);
+    h5::Handle attr = open_attr(name);
+    h5::Handle type(H5Aget_type(attr.get()), H5Tclose);
     if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING)
       fail(std::string("root attribute '") + name + "' must be a string");
     require_scalar(attr.get(), name);
-    H5Handle mem(CHECK_H5(H5Tcopy(H5T_C_S1)), H5Tclose);
+    h5::Handle mem(CHECK_H5(H5Tcopy(H5T_C_S1)), H5Tclose);
     CHECK_H5(H5Tset_cset(mem.get(), H5Tget_cset(type.get())));
     std::string value;
     if (H5Tis_variable_str(type.get()) > 0) {
@@ -146,10 +135,10 @@ class CheckpointReader {
     return value;
   }
 
-  [[noreturn]] void fail(const std::string& what) const { throw UserError(path_ + ": " + what); }
+  [[noreturn]] void fail(const std::string& what) const { h5::bad_file(path_, what); }
 
  private:
-  H5Handle open_group(const std::string& group) {
+  h5::Handle open_group(const std::string& group) {
     // Each level is checked: H5Lexists fails, rather than says no, below a missing group.
     std::string prefix;
     for (size_t start = 0; start <= group.size();) {
@@ -161,7 +150,7 @@ class CheckpointReader {
       if (exists == 0) fail("/" + prefix + " is missing (not an sft-dp checkpoint?)");
       start = slash + 1;
     }
-    H5Handle g(H5Gopen2(file_.get(), group.c_str(), H5P_DEFAULT), H5Gclose);
+    h5::Handle g(H5Gopen2(file_.get(), group.c_str(), H5P_DEFAULT), H5Gclose);
     if (!g.valid()) fail("/" + group + " is not a group");
     return g;
   }
@@ -186,7 +175,7 @@ class CheckpointReader {
   }
 
   std::vector<int64_t> dataset_shape(hid_t dset, const std::string& where) {
-    H5Handle space(H5Dget_space(dset), H5Sclose);
+    h5::Handle space(H5Dget_space(dset), H5Sclose);
     const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
     if (rank < 0) fail("not a readable HDF5 checkpoint (shape of " + where + ")");
     std::vector<hsize_t> dims(static_cast<size_t>(rank));
@@ -194,24 +183,24 @@ class CheckpointReader {
     return std::vector<int64_t>(dims.begin(), dims.end());
   }
 
-  H5Handle open_attr(const char* name) {
+  h5::Handle open_attr(const char* name) {
     const htri_t exists = H5Aexists(file_.get(), name);
     if (exists < 0) fail("not a readable HDF5 checkpoint (looking up attribute '" + std::string(name) + "')");
     if (exists == 0) fail(std::string("root attribute '") + name + "' is missing");
-    H5Handle attr(H5Aopen(file_.get(), name, H5P_DEFAULT), H5Aclose);
+    h5::Handle attr(H5Aopen(file_.get(), name, H5P_DEFAULT), H5Aclose);
     if (!attr.valid()) fail(std::string("root attribute '") + name + "' could not be opened");
     return attr;
   }
 
   void require_scalar(hid_t attr, const char* name) {
-    H5Handle space(H5Aget_space(attr), H5Sclose);
+    h5::Handle space(H5Aget_space(attr), H5Sclose);
     if (!space.valid() || H5Sget_simple_extent_npoints(space.get()) != 1)
       fail(std::string("root attribute '") + name + "' must hold one value");
   }
 
   std::string path_;
-  detail::QuietH5Errors quiet_;  // before file_: silenced for the whole life of the file
-  H5Handle file_;
+  h5::QuietErrors quiet_;  // before file_: silenced for the whole life of the file
+  h5::Handle file_;
 };
 
 // `value` of root attribute `name` must lie in [lowest, highest]; `bounds` says why in words.

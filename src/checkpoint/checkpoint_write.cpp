@@ -2,7 +2,8 @@
 // under a temporary name in the target directory, flushed, fsynced and renamed over the final
 // name, then the directory is fsynced: a crash leaves the old file or the whole new one, never a
 // partial one. Any failure removes the temporary file and dies (exit 1): a checkpoint that cannot
-// be written is a problem of the machine (disk full, permissions), found on one rank only.
+// be written is a problem of the machine (disk full, permissions), found on one rank only. The
+// message names the checkpoint and leads with the OS reason ("No space left on device").
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -15,15 +16,15 @@
 #include <system_error>
 #include <vector>
 
-#include "checkpoint/h5_handle.h"
-#include "sftdp/check.h"
+#include "checkpoint/format.h"
+#include "h5/h5.h"
+#include "sftdp/check_h5.h"
 #include "sftdp/checkpoint.h"
 
 namespace sftdp::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-using detail::H5Handle;
 
 // One HDF5 file written at a temporary name and committed by rename. Every HDF5 call goes through
 // ok() (see H5_OK), which removes the temporary file before dying, so nothing partial remains.
@@ -42,8 +43,8 @@ class AtomicH5Writer {
     temp_name += ".tmp.";
     temp_name += std::to_string(getpid());
     temp_path_ = (fs::path(dir_) / temp_name).string();
-    const H5Handle fapl = detail::checkpoint_file_access();
-    file_ = H5Handle(ok(H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+    const h5::Handle fapl = detail::checkpoint_file_access(/*for_writing=*/true);
+    file_ = h5::Handle(ok(H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
                         "H5Fcreate", __LINE__),
                      H5Fclose);
   }
@@ -66,9 +67,11 @@ class AtomicH5Writer {
   }
 
   // Flush and close the HDF5 file, fsync it, rename it over the final name, fsync the directory.
+  // Every object opened on the file must be closed by now, or H5Fclose would only defer the
+  // close (and any write error it meets) to the last of them.
   void commit() {
     ok(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "H5Fflush", __LINE__);
-    ok(H5Fclose(file_.release()), "H5Fclose", __LINE__);
+    ok(file_.close(), "H5Fclose", __LINE__);
     fsync_path(temp_path_, O_RDONLY);
     if (std::rename(temp_path_.c_str(), final_path_.c_str()) != 0)
       fail_errno("rename", temp_path_ + " -> " + final_path_, __LINE__);
@@ -89,20 +92,27 @@ class AtomicH5Writer {
     ::close(fd);
   }
   [[noreturn]] void fail_errno(const char* call, const std::string& what, int line) {
-    fail("POSIX", call, what + ": " + std::strerror(errno), line);
+    const int err = errno;
+    fail("POSIX", call,
+         std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ", " + call + " " + what + ")",
+         line);
   }
-  [[noreturn]] void fail(const char* lib, const char* call, const std::string& msg, int line) {
-    // The message is taken before anything else runs: the next HDF5 call clears the error stack.
-    std::string full = msg;
-    if (!temp_path_.empty() && !committed_) {
+  // "cannot write checkpoint <final>: <OS reason> (errno N); HDF5: <stack>; ...". `reason` is taken
+  // before anything else runs: the next HDF5 call clears the error stack.
+  [[noreturn]] void fail(const char* lib, const char* call, const std::string& reason, int line) {
+    std::string full = "cannot write checkpoint " + final_path_ + ": " + reason;
+    if (committed_) {
+      full += " (after the rename: the file is in place but may not be durable)";
+    } else if (!temp_path_.empty()) {
       std::remove(temp_path_.c_str());
-      full += " (writing " + final_path_ + "; temporary file removed)";
+      full += "; temporary file removed, earlier checkpoints untouched";
     }
     die_internal(lib, call, full, __FILE__, line);
   }
 
   std::string final_path_, dir_, temp_path_;
-  H5Handle file_;
+  h5::QuietErrors quiet_;  // before file_: failures are reported once, by fail()
+  h5::Handle file_;
   bool committed_ = false;
 };
 
@@ -111,15 +121,16 @@ class AtomicH5Writer {
 // /<group_name>/<tensor name> for every tensor of the layout: float32, the layout's shape.
 void write_tensors(AtomicH5Writer& w, hid_t parent, const char* group_name,
                    const model::ParamLayout& layout, const std::vector<float>& buffer) {
-  H5Handle group(H5_OK(w, H5Gcreate2(parent, group_name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+  h5::Handle group(H5_OK(w, H5Gcreate2(parent, group_name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                  H5Gclose);
   for (const auto& t : layout.tensors) {
     const std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-    H5Handle space(H5_OK(w, H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
-                   H5Sclose);
-    H5Handle dset(H5_OK(w, H5Dcreate2(group.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(),
-                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
-                  H5Dclose);
+    h5::Handle space(H5_OK(w, H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
+                     H5Sclose);
+    const h5::Handle dcpl = detail::tensor_creation(dims);
+    h5::Handle dset(H5_OK(w, H5Dcreate2(group.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                        H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)),
+                    H5Dclose);
     H5_OK(w, H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                       buffer.data() + t.offset));
   }
@@ -128,8 +139,8 @@ void write_tensors(AtomicH5Writer& w, hid_t parent, const char* group_name,
 // Scalar integer attribute on the root: file type `file_type`, memory type `mem_type`.
 void write_scalar_attr(AtomicH5Writer& w, const char* name, hid_t file_type, hid_t mem_type,
                        const void* value) {
-  H5Handle space(H5_OK(w, H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Handle attr(H5_OK(w, H5Acreate2(w.file(), name, file_type, space.get(), H5P_DEFAULT,
+  h5::Handle space(H5_OK(w, H5Screate(H5S_SCALAR)), H5Sclose);
+  h5::Handle attr(H5_OK(w, H5Acreate2(w.file(), name, file_type, space.get(), H5P_DEFAULT,
                                     H5P_DEFAULT)),
                 H5Aclose);
   H5_OK(w, H5Awrite(attr.get(), mem_type, value));
@@ -137,11 +148,11 @@ void write_scalar_attr(AtomicH5Writer& w, const char* name, hid_t file_type, hid
 
 // Variable-length UTF-8 string: no 64 KiB attribute limit, and h5py reads it as a str.
 void write_string_attr(AtomicH5Writer& w, const char* name, const std::string& text) {
-  H5Handle type(H5_OK(w, H5Tcopy(H5T_C_S1)), H5Tclose);
+  h5::Handle type(H5_OK(w, H5Tcopy(H5T_C_S1)), H5Tclose);
   H5_OK(w, H5Tset_size(type.get(), H5T_VARIABLE));
   H5_OK(w, H5Tset_cset(type.get(), H5T_CSET_UTF8));
-  H5Handle space(H5_OK(w, H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Handle attr(H5_OK(w, H5Acreate2(w.file(), name, type.get(), space.get(), H5P_DEFAULT,
+  h5::Handle space(H5_OK(w, H5Screate(H5S_SCALAR)), H5Sclose);
+  h5::Handle attr(H5_OK(w, H5Acreate2(w.file(), name, type.get(), space.get(), H5P_DEFAULT,
                                     H5P_DEFAULT)),
                 H5Aclose);
   const char* data = text.c_str();
@@ -168,7 +179,7 @@ std::string save(const std::string& dir, const model::ParamLayout& layout,
   AtomicH5Writer w(final_path);
   write_tensors(w, w.file(), detail::kParamsGroup, layout, params);
   {
-    H5Handle opt(H5_OK(w, H5Gcreate2(w.file(), "opt", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+    h5::Handle opt(H5_OK(w, H5Gcreate2(w.file(), "opt", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                  H5Gclose);
     write_tensors(w, opt.get(), detail::kMomentGroups[0], layout, m);
     write_tensors(w, opt.get(), detail::kMomentGroups[1], layout, v);

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "sftdp/check.h"
+#include "sftdp/check_mpi.h"
 #include "sftdp/comm.h"
 
 namespace sftdp::comm {

@@ -6,7 +6,7 @@
 #include <climits>
 
 #include "comm/mpi_host.h"
-#include "sftdp/check.h"
+#include "sftdp/check_mpi.h"
 
 namespace sftdp::comm {
 namespace {

@@ -7,7 +7,7 @@
 #include <climits>
 #include <cstdlib>
 
-#include "sftdp/check.h"
+#include "sftdp/check_mpi.h"
 
 namespace sftdp::comm {
 

@@ -3,11 +3,26 @@
 // and as a singleton with no launcher.
 #include <mpi.h>
 
-#include "sftdp/check.h"
+#include "sftdp/check_mpi.h"
 #include "sftdp/comm.h"
 #include "sftdp/log.h"
 
+namespace sftdp {
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, len);
+}
+
+}  // namespace sftdp
+
 namespace sftdp::comm {
+namespace {
+// die_internal's way to end every rank (sftdp/check.h).
+void abort_world(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+}  // namespace
 
 MpiSession::MpiSession(int& argc, char**& argv) {
   int init = 0;
@@ -43,11 +58,13 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   CHECK_MPI(MPI_Get_processor_name(name, &len));
   host_.assign(name, len);
   log::set_rank(rank_);
+  set_job_abort(abort_world, rank_);
 }
 
 MpiSession::~MpiSession() {
   int fin = 0;
   MPI_Finalized(&fin);
+  set_job_abort(nullptr, rank_);  // MPI_Abort is not allowed after MPI_Finalize
   if (owns_ && !fin) MPI_Finalize();
 }
 

@@ -11,7 +11,8 @@
 
 #include "comm/mpi_host.h"
 #include "kernels/cuda/common.cuh"
-#include "sftdp/check.h"
+#include "sftdp/check_mpi.h"
+#include "sftdp/check_nccl.h"
 #include "sftdp/comm.h"
 
 namespace sftdp::comm {

@@ -3,8 +3,9 @@
 #include "data/data_file.h"
 
 #include <filesystem>
+#include <string>
 
-#include "sftdp/check.h"
+#include "sftdp/check_h5.h"
 
 namespace sftdp::data {
 namespace {
@@ -28,27 +29,27 @@ std::string shape_text(const hsize_t dims[2]) {
 
 // Opens dataset `name` and checks type and rank. Returns an invalid handle when an optional
 // dataset is absent. dims receives [rows, T].
-H5Handle open_column(const std::string& path, hid_t file, const char* name, Kind kind,
+h5::Handle open_column(const std::string& path, hid_t file, const char* name, Kind kind,
                      bool required, hsize_t dims[2]) {
   const htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
   if (exists <= 0) {
     if (!required) return {};
-    throw UserError(path + ": missing dataset " + name +
+    h5::bad_file(path, std::string("missing dataset ") + name +
                     " (SPEC §4 needs /inputs, /targets, /loss_weights; run sft_prepare?)");
   }
-  H5Handle dataset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
-  if (!dataset.valid()) throw UserError(path + ": " + name + " is not a dataset");
-  H5Handle type(CHECK_H5(H5Dget_type(dataset.get())), H5Tclose);
+  h5::Handle dataset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid()) h5::bad_file(path, std::string(name) + " is not a dataset");
+  h5::Handle type(CHECK_H5(H5Dget_type(dataset.get())), H5Tclose);
   if (!type_matches(type.get(), kind))
-    throw UserError(path + ": " + name + " must be " +
+    h5::bad_file(path, std::string(name) + " must be " +
                     (kind == Kind::kInt32 ? "int32" : "float32") + ", found " +
-                    h5_type_name(type.get()));
-  H5Handle space(CHECK_H5(H5Dget_space(dataset.get())), H5Sclose);
+                    h5::type_name(type.get()));
+  h5::Handle space(CHECK_H5(H5Dget_space(dataset.get())), H5Sclose);
   const int rank = H5Sget_simple_extent_type(space.get()) == H5S_SIMPLE
                        ? CHECK_H5(H5Sget_simple_extent_ndims(space.get()))
                        : 0;
   if (rank != 2)
-    throw UserError(path + ": " + name + " must have rank 2 [N, T], found rank " +
+    h5::bad_file(path, std::string(name) + " must have rank 2 [N, T], found rank " +
                     std::to_string(rank));
   CHECK_H5(H5Sget_simple_extent_dims(space.get(), dims, nullptr));
   return dataset;
@@ -56,14 +57,14 @@ H5Handle open_column(const std::string& path, hid_t file, const char* name, Kind
 
 int64_t read_vocab_size(const std::string& path, hid_t file) {
   if (H5Aexists_by_name(file, "/", "vocab_size", H5P_DEFAULT) <= 0)
-    throw UserError(path + ": root attribute vocab_size missing (files from sft_prepare have it)");
-  H5Handle attr(CHECK_H5(H5Aopen_by_name(file, "/", "vocab_size", H5P_DEFAULT, H5P_DEFAULT)),
+    h5::bad_file(path, "root attribute vocab_size missing (files from sft_prepare have it)");
+  h5::Handle attr(CHECK_H5(H5Aopen_by_name(file, "/", "vocab_size", H5P_DEFAULT, H5P_DEFAULT)),
                 H5Aclose);
-  H5Handle type(CHECK_H5(H5Aget_type(attr.get())), H5Tclose);
-  H5Handle space(CHECK_H5(H5Aget_space(attr.get())), H5Sclose);
+  h5::Handle type(CHECK_H5(H5Aget_type(attr.get())), H5Tclose);
+  h5::Handle space(CHECK_H5(H5Aget_space(attr.get())), H5Sclose);
   if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
-    throw UserError(path + ": root attribute vocab_size must be one integer, found " +
-                    h5_type_name(type.get()));
+    h5::bad_file(path, "root attribute vocab_size must be one integer, found " +
+                    h5::type_name(type.get()));
   int64_t vocab = 0;
   CHECK_H5(H5Aread(attr.get(), H5T_NATIVE_INT64, &vocab));
   return vocab;
@@ -72,26 +73,26 @@ int64_t read_vocab_size(const std::string& path, hid_t file) {
 }  // namespace
 
 DataFile open_data_file(const std::string& path, int T, int64_t model_vocab_size) {
-  h5_quiet();
+  const h5::QuietErrors quiet;  // a bad file is one error line, not an HDF5 stack dump
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
-    throw UserError(path + ": not found (run sft_prepare first?)");
+    h5::bad_file(path, "not found (run sft_prepare first?)");
   if (std::filesystem::is_directory(path, ec))
-    throw UserError(path + ": is a directory, expected an HDF5 data file");
+    h5::bad_file(path, "is a directory, expected an HDF5 data file");
   if (H5Fis_hdf5(path.c_str()) <= 0)
-    throw UserError(path + ": not an HDF5 file (make data files with sft_prepare)");
+    h5::bad_file(path, "not an HDF5 file (make data files with sft_prepare)");
 
   DataFile f;
   f.path = path;
-  f.file = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!f.file.valid()) throw UserError(path + ": cannot be opened (permissions? damaged file?)");
+  f.file = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f.file.valid()) h5::bad_file(path, "cannot be opened (permissions? damaged file?)");
   const hid_t file = f.file.get();
 
   hsize_t in_dims[2], dims[2];
   f.inputs = open_column(path, file, "/inputs", Kind::kInt32, true, in_dims);
-  const auto same_shape = [&](const H5Handle& column, const char* name) {
+  const auto same_shape = [&](const h5::Handle& column, const char* name) {
     if (column.valid() && (dims[0] != in_dims[0] || dims[1] != in_dims[1]))
-      throw UserError(path + ": " + name + " has shape " + shape_text(dims) + " but /inputs has " +
+      h5::bad_file(path, std::string(name) + " has shape " + shape_text(dims) + " but /inputs has " +
                       shape_text(in_dims));
   };
   f.targets = open_column(path, file, "/targets", Kind::kInt32, true, dims);
@@ -104,17 +105,17 @@ DataFile open_data_file(const std::string& path, int T, int64_t model_vocab_size
   same_shape(f.positions, "/positions");
 
   if (in_dims[1] != static_cast<hsize_t>(T))
-    throw UserError(path + ": rows have T=" + std::to_string(in_dims[1]) +
+    h5::bad_file(path, "rows have T=" + std::to_string(in_dims[1]) +
                     " but max_target_length is " + std::to_string(T));
-  if (in_dims[0] == 0) throw UserError(path + ": /inputs has no rows");
+  if (in_dims[0] == 0) h5::bad_file(path, "/inputs has no rows");
   f.rows = static_cast<int64_t>(in_dims[0]);
   f.T = T;
 
   f.vocab_size = read_vocab_size(path, file);
   if (f.vocab_size < 1)
-    throw UserError(path + ": vocab_size must be >= 1, found " + std::to_string(f.vocab_size));
+    h5::bad_file(path, "vocab_size must be >= 1, found " + std::to_string(f.vocab_size));
   if (f.vocab_size > model_vocab_size)
-    throw UserError(path + ": vocab_size " + std::to_string(f.vocab_size) +
+    h5::bad_file(path, "vocab_size " + std::to_string(f.vocab_size) +
                     " is larger than the model's vocab_size " + std::to_string(model_vocab_size) +
                     " (data and model use different tokenizers?)");
   return f;

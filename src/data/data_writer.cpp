@@ -6,8 +6,8 @@
 
 #include <filesystem>
 
-#include "data/h5_util.h"
-#include "sftdp/check.h"
+#include "h5/h5.h"
+#include "sftdp/check_h5.h"
 
 namespace sftdp::data {
 namespace {
@@ -15,16 +15,16 @@ namespace {
 void write_column(hid_t file, const char* name, hid_t file_type, hid_t mem_type, int64_t rows,
                   int T, const void* data) {
   const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(T)};
-  H5Handle space(CHECK_H5(H5Screate_simple(2, dims, nullptr)), H5Sclose);
-  H5Handle dataset(CHECK_H5(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+  h5::Handle space(CHECK_H5(H5Screate_simple(2, dims, nullptr)), H5Sclose);
+  h5::Handle dataset(CHECK_H5(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
                                        H5P_DEFAULT)),
                    H5Dclose);
   CHECK_H5(H5Dwrite(dataset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
 void write_file(const std::string& path, const RowSet& rows, int vocab_size) {
-  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) throw UserError(path + ": cannot create (is the directory writable?)");
+  h5::Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) h5::bad_file(path, "cannot create (is the directory writable?)");
   const hid_t f = file.get();
   write_column(f, "/inputs", H5T_STD_I32LE, H5T_NATIVE_INT32, rows.rows, rows.T,
                rows.inputs.data());
@@ -38,12 +38,16 @@ void write_file(const std::string& path, const RowSet& rows, int vocab_size) {
     write_column(f, "/positions", H5T_STD_I32LE, H5T_NATIVE_INT32, rows.rows, rows.T,
                  rows.positions.data());
   }
-  H5Handle scalar(CHECK_H5(H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Handle attr(
-      CHECK_H5(H5Acreate2(f, "vocab_size", H5T_STD_I64LE, scalar.get(), H5P_DEFAULT, H5P_DEFAULT)),
-      H5Aclose);
-  const int64_t vocab = vocab_size;
-  CHECK_H5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &vocab));
+  {
+    h5::Handle scalar(CHECK_H5(H5Screate(H5S_SCALAR)), H5Sclose);
+    h5::Handle attr(CHECK_H5(H5Acreate2(f, "vocab_size", H5T_STD_I64LE, scalar.get(), H5P_DEFAULT,
+                                        H5P_DEFAULT)),
+                    H5Aclose);
+    const int64_t vocab = vocab_size;
+    CHECK_H5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &vocab));
+  }
+  // Checked: the last data reach the file here (a full disk shows up now, if not before).
+  CHECK_H5(file.close());
 }
 
 }  // namespace
@@ -55,7 +59,7 @@ void write_data_file(const std::string& path, const RowSet& rows, int vocab_size
                    rows.loss_weights.size() == n &&
                    (!rows.packed || (rows.segment_ids.size() == n && rows.positions.size() == n)),
                "RowSet arrays must hold rows * T values");
-  h5_quiet();
+  const h5::QuietErrors quiet;
   std::error_code ec;
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty() && !fs::exists(parent, ec) && !fs::create_directories(parent, ec))

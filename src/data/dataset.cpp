@@ -7,7 +7,8 @@
 #include <utility>
 
 #include "data/data_file.h"
-#include "sftdp/check.h"
+#include "h5/h5.h"
+#include "sftdp/check_h5.h"
 #include "sftdp/data.h"
 
 namespace sftdp::data {
@@ -39,7 +40,7 @@ constexpr size_t kRunsPerRead = 32;
 // file order, which is rows' order, so each read fills the next rows of buf.
 void read_sorted_rows(hid_t dataset, hid_t mem_type, size_t elem_size,
                       const std::vector<int64_t>& rows, int T, void* buf) {
-  H5Handle file_space(CHECK_H5(H5Dget_space(dataset)), H5Sclose);
+  h5::Handle file_space(CHECK_H5(H5Dget_space(dataset)), H5Sclose);
   size_t i = 0;
   while (i < rows.size()) {
     const size_t first = i;
@@ -54,7 +55,7 @@ void read_sorted_rows(hid_t dataset, hid_t mem_type, size_t elem_size,
       i = j;
     }
     const hsize_t mem_dims[2] = {i - first, static_cast<hsize_t>(T)};
-    H5Handle mem_space(CHECK_H5(H5Screate_simple(2, mem_dims, nullptr)), H5Sclose);
+    h5::Handle mem_space(CHECK_H5(H5Screate_simple(2, mem_dims, nullptr)), H5Sclose);
     char* dst = static_cast<char*>(buf) + first * static_cast<size_t>(T) * elem_size;
     CHECK_H5(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst));
   }
@@ -147,6 +148,8 @@ void Dataset::read_rows(const std::vector<int64_t>& rows, Batch& out) const {
     requests[file].wanted.emplace_back(row - d.first_row[file], static_cast<int64_t>(b));
   }
 
+  // A failing read dies with the HDF5 stack in its message (CHECK_H5), not a second copy of it.
+  const h5::QuietErrors quiet;
   std::vector<int32_t> inputs, targets, segments, positions;
   std::vector<float> weights;
   for (size_t fi = 0; fi < d.files.size(); ++fi) {
@@ -163,7 +166,7 @@ void Dataset::read_rows(const std::vector<int64_t>& rows, Batch& out) const {
     weights.resize(m);
     segments.resize(f.segment_ids.valid() ? m : 0);
     positions.resize(f.positions.valid() ? m : 0);
-    const auto read = [&](const H5Handle& dataset, hid_t type, size_t elem_size, void* buf) {
+    const auto read = [&](const h5::Handle& dataset, hid_t type, size_t elem_size, void* buf) {
       read_sorted_rows(dataset.get(), type, elem_size, req.rows, T, buf);
     };
     read(f.inputs, H5T_NATIVE_INT32, sizeof(int32_t), inputs.data());
