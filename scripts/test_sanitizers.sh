@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer: configures and builds
+# ${SFTDP_ASAN_BUILD_DIR:-build-asan} (SFTDP_SANITIZE=ON, no CUDA, no bench), then runs CTest there.
+# Any ASan/UBSan report or leak in our code fails the test it happens in; leaks inside Open MPI and
+# the libraries below it are suppressed by tests/sanitizers/lsan.supp. Extra arguments go to ctest
+# (e.g. -L unit, -E slurm).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${SFTDP_ASAN_BUILD_DIR:-$ROOT/build-asan}"
+# -O1 -g1: readable stack traces at a fraction of -O2's compile time; asserts stay on.
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DSFTDP_SANITIZE=ON -DSFTDP_ENABLE_CUDA=OFF -DSFTDP_BUILD_BENCH=OFF -DSFTDP_FUZZ=OFF >/dev/null
+cmake --build "$BUILD" -j "${SFTDP_BUILD_JOBS:-$(nproc)}"
+
+# Inherited by every test process, including ranks under mpiexec and the sft_train runs of the
+# Python integration tests (they use the binaries of SFTDP_BUILD_DIR = this build).
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_odr_violation=0:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cd "$BUILD"
+ctest --output-on-failure -j "${SFTDP_TEST_JOBS:-2}" "$@"
