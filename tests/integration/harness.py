@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import h5py
@@ -72,7 +71,8 @@ def write_config(path, **keys):
 
 
 def run_train(config, overrides=(), np_=1, check=True, timeout=300, env_extra=None):
-    """Runs sft_train (under mpirun when np_ > 1). Returns the CompletedProcess."""
+    """Runs sft_train (under mpirun when np_ > 1). Returns the CompletedProcess; with check, a
+    non-zero exit raises AssertionError carrying the command and the tail of its output."""
     cmd = [SFT_TRAIN, config] + [f"{k}={yaml_value(v)}" if not isinstance(k, int) else v
                                  for k, v in (overrides.items() if isinstance(overrides, dict) else [])]
     if not isinstance(overrides, dict):
@@ -82,8 +82,8 @@ def run_train(config, overrides=(), np_=1, check=True, timeout=300, env_extra=No
     env = dict(os.environ, **MPI_ENV, **(env_extra or {}))
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and p.returncode != 0:
-        sys.stderr.write(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}\n")
-        raise SystemExit(1)
+        raise AssertionError(f"command failed ({p.returncode}): {' '.join(cmd)}\n"
+                             f"stdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
     return p
 
 
@@ -119,24 +119,6 @@ def worst_tensors(a, b, n=3):
     rel = [(float(np.linalg.norm(a[k].astype(np.float64) - b[k]) / max(np.linalg.norm(b[k]), 1e-12)), k)
            for k in b]
     return sorted(rel, reverse=True)[:n]
-
-
-class Checks:
-    """Collects failures; exit status 1 if any (the verdict goes through the exit status)."""
-
-    def __init__(self, name):
-        self.name, self.failed, self.passed = name, 0, 0
-
-    def check(self, ok, what):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print(f"FAIL: {what}", flush=True)
-
-    def close(self):
-        print(f"{self.name}: {self.passed} passed, {self.failed} failed", flush=True)
-        sys.exit(1 if self.failed else 0)
 
 
 def gpt2_shapes(L, C, F, V, maxT):

@@ -5,113 +5,137 @@ rel) and the same steps per epoch. Plus the two regression tests named after the
 project exists to avoid, and a 4-rank run resumed on 2 ranks with GA doubled."""
 import os
 import subprocess
-import sys
 
-import numpy as np
+import pytest
 
-from harness import (Checks, SOURCE, TINY_MODEL, make_data, max_rel, read_metrics, read_params,
-                     run_train, tempdir, write_config, write_init_params)
+from harness import (SOURCE, TINY_MODEL, make_data, max_rel, read_metrics, read_params, run_train,
+                     worst_tensors, write_config, write_init_params)
 
-c = Checks("factorisation_mpi")
-d = tempdir()
 G = 8
-# Step 0: rows 0,1 fully masked (a whole micro-batch when b <= 2). Step 3: rows 24..31 all masked
-# (a skipped step). 165 rows = 20 steps + 5 left over.
-masked = {0, 1, 5, 12} | set(range(24, 32))
-make_data(f"{d}/train.h5", 165, seed=11, masked_rows=masked)
-make_data(f"{d}/eval.h5", 13, seed=12)
-write_init_params(f"{d}/init.h5", seed=13)
-base = dict(TINY_MODEL, load_parameters_path=f"{d}/init.h5", run_name="f", train_files=f"{d}/train.h5", eval_files=f"{d}/eval.h5",
-            max_target_length=16, global_batch_size=G, num_epochs=1, learning_rate=3e-3,
-            warmup_steps_fraction=0.1, enable_data_shuffling=False, gradient_clipping_threshold=1.0,
-            hardware="cpu", seed=7, eval_interval=10)
-cfg = write_config(f"{d}/c.yml", **base)
+SPLITS = [(1, 1), (1, 4), (2, 1), (2, 2), (4, 1), (4, 2)]
 
-runs = {}
-for world, ga in [(1, 1), (1, 4), (2, 1), (2, 2), (4, 1), (4, 2)]:
-    out = f"{d}/w{world}ga{ga}"
-    p = run_train(cfg, {"base_output_directory": out, "gradient_accumulation_steps": ga}, np_=world)
-    train, evals = read_metrics(f"{out}/f")
-    runs[(world, ga)] = (train, evals, read_params(f"{out}/f/checkpoints/step_20.h5"), p.stdout)
 
-ref_train, ref_eval, ref_params, _ = runs[(1, 1)]
-c.check(len(ref_train) == 20, f"20 steps per epoch for 165 rows at G=8 (got {len(ref_train)})")
-c.check(ref_train[3].get("skipped") is True and ref_train[3]["loss"] is None,
-        "the fully masked step 4 is logged as skipped")
-for (world, ga), (train, evals, params, stdout) in runs.items():
-    tag = f"world {world} x GA {ga}"
-    c.check(len(train) == len(ref_train), f"{tag}: steps per epoch {len(train)}")
-    c.check("5 rows left over" in stdout, f"{tag}: the log reports the 5 rows left over")
-    worst = 0.0
-    for a, b in zip(train, ref_train):
-        c.check(a["weight_sum"] == b["weight_sum"], f"{tag} step {a['step']}: same rows (weight sum)")
-        if b["loss"] is None:
-            c.check(a["loss"] is None, f"{tag} step {a['step']}: skipped too")
-            continue
-        worst = max(worst, abs(a["loss"] - b["loss"]) / b["loss"])
-    c.check(worst <= 1e-5, f"{tag}: per-step loss within 1e-5 rel (worst {worst:.2e})")
+@pytest.fixture(scope="module")
+def setup(workdir):
+    """(work dir, config path, config keys)."""
+    d = workdir
+    # Step 0: rows 0,1 fully masked (a whole micro-batch when b <= 2). Step 3: rows 24..31 all
+    # masked (a skipped step). 165 rows = 20 steps + 5 left over.
+    masked = {0, 1, 5, 12} | set(range(24, 32))
+    make_data(f"{d}/train.h5", 165, seed=11, masked_rows=masked)
+    make_data(f"{d}/eval.h5", 13, seed=12)
+    write_init_params(f"{d}/init.h5", seed=13)
+    base = dict(TINY_MODEL, load_parameters_path=f"{d}/init.h5", run_name="f", train_files=f"{d}/train.h5",
+                eval_files=f"{d}/eval.h5", max_target_length=16, global_batch_size=G, num_epochs=1,
+                learning_rate=3e-3, warmup_steps_fraction=0.1, enable_data_shuffling=False,
+                gradient_clipping_threshold=1.0, hardware="cpu", seed=7, eval_interval=10)
+    return d, write_config(f"{d}/c.yml", **base), base
+
+
+@pytest.fixture(scope="module")
+def runs(setup):
+    """(world, GA) -> (train metrics, eval metrics, step-20 params, stdout) of the 20-step run."""
+    d, cfg, _ = setup
+    out = {}
+    for world, ga in SPLITS:
+        run = f"{d}/w{world}ga{ga}"
+        p = run_train(cfg, {"base_output_directory": run, "gradient_accumulation_steps": ga}, np_=world)
+        train, evals = read_metrics(f"{run}/f")
+        out[(world, ga)] = (train, evals, read_params(f"{run}/f/checkpoints/step_20.h5"), p.stdout)
+    return out
+
+
+def test_reference_run(runs):
+    ref_train = runs[(1, 1)][0]
+    assert len(ref_train) == 20, f"20 steps per epoch for 165 rows at G=8 (got {len(ref_train)})"
+    assert ref_train[3].get("skipped") is True and ref_train[3]["loss"] is None, \
+        f"the fully masked step 4 is logged as skipped: {ref_train[3]}"
+
+
+@pytest.mark.parametrize("world, ga", SPLITS, ids=[f"world{w}xGA{g}" for w, g in SPLITS])
+def test_split_matches_reference(runs, world, ga, note):
+    ref_train, ref_eval, ref_params, _ = runs[(1, 1)]
+    train, evals, params, stdout = runs[(world, ga)]
+    assert len(train) == len(ref_train), f"steps per epoch {len(train)}, want {len(ref_train)}"
+    assert "5 rows left over" in stdout, "the log reports the 5 rows left over"
+    other_rows = [a["step"] for a, b in zip(train, ref_train) if a["weight_sum"] != b["weight_sum"]]
+    assert not other_rows, f"steps {other_rows} use other rows (weight sum) than world 1 x GA 1"
+    not_skipped = [a["step"] for a, b in zip(train, ref_train) if b["loss"] is None and a["loss"] is not None]
+    assert not not_skipped, f"steps {not_skipped} are skipped at world 1 x GA 1 but not here"
+    worst = max((abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(train, ref_train)
+                 if b["loss"] is not None), default=0.0)
     rel = max_rel(params, ref_params)
-    c.check(rel <= 1e-4, f"{tag}: final params within 1e-4 rel ({rel:.2e})")
-    c.check(abs(evals[-1]["eval_loss"] - ref_eval[-1]["eval_loss"]) <= 1e-5 * ref_eval[-1]["eval_loss"],
-            f"{tag}: eval loss is global and the same")
-    print(f"{tag}: worst step-loss rel diff {worst:.2e}, final params rel diff {rel:.2e}")
+    note(f"world {world} x GA {ga}: worst step-loss rel diff {worst:.2e}, final params rel diff {rel:.2e}")
+    assert worst <= 1e-5, f"per-step loss within 1e-5 rel (worst {worst:.2e})"
+    assert rel <= 1e-4, f"final params within 1e-4 rel ({rel:.2e}); worst tensors {worst_tensors(params, ref_params)}"
+    assert abs(evals[-1]["eval_loss"] - ref_eval[-1]["eval_loss"]) <= 1e-5 * ref_eval[-1]["eval_loss"], \
+        f"eval loss is global and the same: {evals[-1]['eval_loss']} vs {ref_eval[-1]['eval_loss']}"
 
-# Regression (a), "loss normalised per micro-batch": on this data a mean of micro-batch means
-# differs measurably from the token-weighted loss that every split logs at step 1. Computed with
-# the independent float64 reference on the same initial weights.
-p = subprocess.run(["/usr/bin/python3", f"{SOURCE}/tests/integration/micro_mean_reference.py",
-                    f"{d}/init.h5", f"{d}/train.h5", "0", str(G), "4"], capture_output=True, text=True)
-if p.returncode != 0:
-    print(p.stdout, p.stderr)
-c.check(p.returncode == 0, "float64 reference ran")
-if p.returncode == 0:
+
+def test_regression_loss_normalised_per_micro_batch(setup, runs):
+    """(a): on this data a mean of micro-batch means differs measurably from the token-weighted loss
+    that every split logs at step 1. Computed with the independent float64 reference on the same
+    initial weights."""
+    d = setup[0]
+    p = subprocess.run(["/usr/bin/python3", f"{SOURCE}/tests/integration/micro_mean_reference.py",
+                        f"{d}/init.h5", f"{d}/train.h5", "0", str(G), "4"], capture_output=True, text=True)
+    assert p.returncode == 0, f"float64 reference ran\n{p.stdout}{p.stderr}"
     token_weighted, mean_of_means = map(float, p.stdout.split()[-2:])
     logged = runs[(1, 4)][0][0]["loss"]
-    c.check(abs(logged - token_weighted) <= 1e-5 * token_weighted,
-            f"GA 4 step-1 loss {logged:.7f} is the token-weighted loss {token_weighted:.7f}")
-    c.check(abs(mean_of_means - token_weighted) > 1e-2 * token_weighted,
-            f"a mean of micro-batch means ({mean_of_means:.5f}) would differ measurably")
+    assert abs(logged - token_weighted) <= 1e-5 * token_weighted, \
+        f"GA 4 step-1 loss {logged:.7f} is the token-weighted loss {token_weighted:.7f}"
+    assert abs(mean_of_means - token_weighted) > 1e-2 * token_weighted, \
+        f"a mean of micro-batch means ({mean_of_means:.5f}) would differ measurably"
 
-# Regression (b), "micro-batches fed as global batches": GA 1 and GA 4 consume the same rows and
-# the same number of steps per epoch.
-t1, t4 = runs[(1, 1)][0], runs[(1, 4)][0]
-c.check(len(t1) == len(t4) == 165 // G, "GA 1 and GA 4: floor(N/G) steps per epoch")
-c.check([m["weight_sum"] for m in t1] == [m["weight_sum"] for m in t4], "GA 1 and GA 4: same rows per step")
 
-# Resume on another world size: 4 ranks × GA 1 for 10 steps, then 2 ranks × GA 2 to the end,
-# matches the uninterrupted 4-rank run.
-out = f"{d}/resize"
-run_train(cfg, {"base_output_directory": out, "checkpoint_period": 10}, np_=4)
-os.remove(f"{out}/f/checkpoints/step_20.h5")
-p = run_train(cfg, {"base_output_directory": out, "gradient_accumulation_steps": 2}, np_=2)
-c.check("step_10.h5" in p.stdout, "the 2-rank run resumes from the 4-rank step-10 checkpoint")
-rel = max_rel(read_params(f"{out}/f/checkpoints/step_20.h5"), runs[(4, 1)][2])
-c.check(rel <= 1e-4, f"4 -> 2 ranks with GA doubled continues the same trajectory ({rel:.2e})")
+def test_regression_micro_batches_fed_as_global_batches(runs):
+    """(b): GA 1 and GA 4 consume the same rows and the same number of steps per epoch."""
+    t1, t4 = runs[(1, 1)][0], runs[(1, 4)][0]
+    assert len(t1) == len(t4) == 165 // G, f"GA 1 and GA 4: floor(N/G) steps per epoch ({len(t1)}, {len(t4)})"
+    assert [m["weight_sum"] for m in t1] == [m["weight_sum"] for m in t4], "GA 1 and GA 4: same rows per step"
 
-# per_device_batch_size on another world size changes G (4 x 2 = 8 -> 2 x 2 = 4): the data cursor
-# is kept in rows, so the resumed run uses exactly the rows the G=4 run would use from row 80.
-pdb = {k: v for k, v in base.items() if k != "global_batch_size"}
-pdb.update(per_device_batch_size=2, num_epochs=None, steps=30)
-cfg_pdb = write_config(f"{d}/pdb.yml", **{k: v for k, v in pdb.items() if v is not None})
-out = f"{d}/pdb"
-run_train(cfg_pdb, {"base_output_directory": out, "steps": 10, "checkpoint_period": 10}, np_=4)
-p = run_train(cfg_pdb, {"base_output_directory": out}, np_=2)
-c.check("row 80 of epoch 0, global batch 8 -> 4" in p.stdout, "the cursor is converted from G=8 to G=4")
-train, _ = read_metrics(f"{out}/f")
-run_train(cfg_pdb, {"base_output_directory": f"{d}/pdb_ref", "steps": 40}, np_=2)
-ref_train, _ = read_metrics(f"{d}/pdb_ref/f")
-# Steps 11..30 at G=4 use rows 80..159: the same as steps 21..40 of a G=4 run from the start.
-c.check([m["weight_sum"] for m in train[10:]] == [m["weight_sum"] for m in ref_train[20:40]],
-        "after the G change, each step uses the rows a G=4 run uses at the same row offset")
 
-# eval_steps counts global batches, so the rows evaluated do not depend on world size or GA.
-evals = {}
-for world, ga in [(1, 1), (2, 2), (4, 1)]:
-    out = f"{d}/ev{world}{ga}"
-    run_train(cfg, {"base_output_directory": out, "gradient_accumulation_steps": ga, "steps": 1,
-                    "num_epochs": "null", "eval_steps": 1}, np_=world)
-    evals[(world, ga)] = read_metrics(f"{out}/f")[1][0]
-c.check(max(abs(e["eval_loss"] - evals[(1, 1)]["eval_loss"]) for e in evals.values())
-        <= 1e-6 * evals[(1, 1)]["eval_loss"], f"eval_steps=1 evaluates the same rows for every split: {evals}")
-c.check(len({e["eval_weight_sum"] for e in evals.values()}) == 1, "same eval weight sum for every split")
-c.close()
+def test_resume_on_another_world_size(setup, runs):
+    """4 ranks x GA 1 for 10 steps, then 2 ranks x GA 2 to the end, matches the uninterrupted
+    4-rank run."""
+    d, cfg, _ = setup
+    out = f"{d}/resize"
+    run_train(cfg, {"base_output_directory": out, "checkpoint_period": 10}, np_=4)
+    os.remove(f"{out}/f/checkpoints/step_20.h5")
+    p = run_train(cfg, {"base_output_directory": out, "gradient_accumulation_steps": 2}, np_=2)
+    assert "step_10.h5" in p.stdout, f"the 2-rank run resumes from the 4-rank step-10 checkpoint\n{p.stdout}"
+    rel = max_rel(read_params(f"{out}/f/checkpoints/step_20.h5"), runs[(4, 1)][2])
+    assert rel <= 1e-4, f"4 -> 2 ranks with GA doubled continues the same trajectory ({rel:.2e})"
+
+
+def test_per_device_batch_size_on_another_world_size(setup):
+    """per_device_batch_size on another world size changes G (4 x 2 = 8 -> 2 x 2 = 4): the data
+    cursor is kept in rows, so the resumed run uses exactly the rows the G=4 run would use from row 80."""
+    d, _, base = setup
+    pdb = {k: v for k, v in base.items() if k not in ("global_batch_size", "num_epochs")}
+    pdb.update(per_device_batch_size=2, steps=30)
+    cfg_pdb = write_config(f"{d}/pdb.yml", **pdb)
+    out = f"{d}/pdb"
+    run_train(cfg_pdb, {"base_output_directory": out, "steps": 10, "checkpoint_period": 10}, np_=4)
+    p = run_train(cfg_pdb, {"base_output_directory": out}, np_=2)
+    assert "row 80 of epoch 0, global batch 8 -> 4" in p.stdout, f"the cursor is converted from G=8 to G=4\n{p.stdout}"
+    train, _ = read_metrics(f"{out}/f")
+    run_train(cfg_pdb, {"base_output_directory": f"{d}/pdb_ref", "steps": 40}, np_=2)
+    ref_train, _ = read_metrics(f"{d}/pdb_ref/f")
+    # Steps 11..30 at G=4 use rows 80..159: the same as steps 21..40 of a G=4 run from the start.
+    assert [m["weight_sum"] for m in train[10:]] == [m["weight_sum"] for m in ref_train[20:40]], \
+        "after the G change, each step uses the rows a G=4 run uses at the same row offset"
+
+
+def test_eval_steps_counts_global_batches(setup):
+    """eval_steps counts global batches, so the rows evaluated do not depend on world size or GA."""
+    d, cfg, _ = setup
+    evals = {}
+    for world, ga in [(1, 1), (2, 2), (4, 1)]:
+        out = f"{d}/ev{world}{ga}"
+        run_train(cfg, {"base_output_directory": out, "gradient_accumulation_steps": ga, "steps": 1,
+                        "num_epochs": "null", "eval_steps": 1}, np_=world)
+        evals[(world, ga)] = read_metrics(f"{out}/f")[1][0]
+    assert max(abs(e["eval_loss"] - evals[(1, 1)]["eval_loss"]) for e in evals.values()) \
+        <= 1e-6 * evals[(1, 1)]["eval_loss"], f"eval_steps=1 evaluates the same rows for every split: {evals}"
+    assert len({e["eval_weight_sum"] for e in evals.values()}) == 1, f"same eval weight sum for every split: {evals}"

@@ -1,44 +1,72 @@
 """sft-dp under a real Slurm (issue 5). Starts a private single-node cluster (scripts/slurm_cluster.sh
-installs munge + slurm-wlm from Debian; prints SKIPPED and exits 0 only where they cannot be installed),
+installs munge + slurm-wlm from Debian; the tests are SKIPPED only where they cannot be installed),
 then: slurm/cpu.sbatch with 2 and 4 tasks completes and its metrics equal the same run under mpirun;
 the GPU batch scripts launch on fake GPUs (hardware=cpu); a job given USR1 mid-run checkpoints and
 ends cleanly and its resubmission resumes to the same final parameters as an uninterrupted run; a
 job whose batch shell gets USR1 requeues itself and finishes the same way. Daemons stopped by PID."""
 import os
+import shutil
+import tempfile
 import time
 
 import numpy as np
+import pytest
 
-from harness import (SFT_TRAIN, SOURCE, Checks, TINY_MODEL, make_data, read_metrics, read_params,
-                     run_train, tempdir, write_config)
+from harness import SFT_TRAIN, SOURCE, TINY_MODEL, make_data, read_metrics, read_params, run_train, write_config
 from slurm_helpers import SlurmCluster, pid_alive, wait_metrics
 
-c = Checks("slurm")
-d = tempdir()
-os.chmod(d, 0o755)
-cluster = SlurmCluster(os.path.join(d, "cluster"), fake_gpus=2).start()
-t_start = time.monotonic()
-
-make_data(f"{d}/train.h5", 256, seed=1)
-make_data(f"{d}/eval.h5", 32, seed=2)
-cfg = write_config(f"{d}/c.yml", **dict(
-    TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
-    eval_files=f"{d}/eval.h5", eval_interval=8, max_target_length=16, global_batch_size=16,
-    gradient_accumulation_steps=1, steps=24, learning_rate=3e-3, warmup_steps_fraction=0.1,
-    enable_data_shuffling=True, data_shuffle_seed=5, checkpoint_period=0, hardware="cpu", seed=3))
 SLURM_DIR = os.path.join(SOURCE, "slurm")
 JOB_ENV = {"SFTDP_TRAIN": SFT_TRAIN}
-SBATCH_CWD = [f"--chdir={d}"]
+SLOW = {"emb_dim": 128, "mlp_dim": 512, "num_heads": 4, "steps": 150, "eval_interval": 50}
+SLOW_ARGS = [f"{k}={v}" for k, v in SLOW.items()]
 
 
-def run_job(script, sbatch_options, args, env_extra=None, timeout=120):
+class Env:
+    """The cluster and the shared run configuration of this file."""
+
+    def __init__(self, d, cluster):
+        self.d, self.cluster, self.mpirun_runs = d, cluster, set()
+        make_data(f"{d}/train.h5", 256, seed=1)
+        make_data(f"{d}/eval.h5", 32, seed=2)
+        self.cfg = write_config(f"{d}/c.yml", **dict(
+            TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
+            eval_files=f"{d}/eval.h5", eval_interval=8, max_target_length=16, global_batch_size=16,
+            gradient_accumulation_steps=1, steps=24, learning_rate=3e-3, warmup_steps_fraction=0.1,
+            enable_data_shuffling=True, data_shuffle_seed=5, checkpoint_period=0, hardware="cpu", seed=3))
+        self.sbatch_cwd = [f"--chdir={d}"]
+
+    def run_job(self, script, sbatch_options, args, note, env_extra=None, timeout=120):
+        t0 = time.monotonic()
+        job_id = self.cluster.submit(os.path.join(SLURM_DIR, script), [self.cfg, *args],
+                                     self.sbatch_cwd + sbatch_options, dict(JOB_ENV, **(env_extra or {})))
+        fields = self.cluster.wait_job(job_id, timeout=timeout)
+        note(f"job {job_id} ({script} {' '.join(sbatch_options)}): {fields['JobState']} "
+             f"{fields['ExitCode']} in {time.monotonic() - t0:.1f} s")
+        return job_id, fields
+
+    def mpirun_reference(self, n):
+        """out/mpi<n>: the 24-step run under mpirun with n ranks (run once, on first use)."""
+        if n not in self.mpirun_runs:
+            run_train(self.cfg, {"run_name": f"mpi{n}"}, np_=n)
+            self.mpirun_runs.add(n)
+        return f"{self.d}/out/mpi{n}"
+
+
+@pytest.fixture(scope="module")
+def env(note):
+    # Not pytest's tmp_path (under a 0700 /tmp/pytest-of-root): a world-readable directory of its own.
+    d = tempfile.mkdtemp(prefix="sftdp_it_")
+    os.chmod(d, 0o755)
+    cluster = SlurmCluster(os.path.join(d, "cluster"), fake_gpus=2)
     t0 = time.monotonic()
-    job_id = cluster.submit(os.path.join(SLURM_DIR, script), [cfg, *args], SBATCH_CWD + sbatch_options,
-                            dict(JOB_ENV, **(env_extra or {})))
-    fields = cluster.wait_job(job_id, timeout=timeout)
-    print(f"job {job_id} ({script} {' '.join(sbatch_options)}): {fields['JobState']} "
-          f"{fields['ExitCode']} in {time.monotonic() - t0:.1f} s", flush=True)
-    return job_id, fields
+    try:
+        cluster.start()
+        yield Env(d, cluster)
+    finally:
+        cluster.stop()
+        note(f"Slurm tests took {time.monotonic() - t0:.1f} s (cluster start included)")
+        if not os.environ.get("SFTDP_KEEP_TMP"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def job_log(fields):
@@ -46,113 +74,130 @@ def job_log(fields):
         return f.read()
 
 
-def completed(fields, what):
+def assert_completed(fields, what):
     ok = fields.get("JobState") == "COMPLETED" and fields.get("ExitCode") == "0:0"
-    c.check(ok, f"{what}: JobState={fields.get('JobState')} ExitCode={fields.get('ExitCode')}")
-    if not ok and os.path.exists(fields.get("StdOut", "")):
-        print(job_log(fields)[-3000:], flush=True)
-    return ok
+    log = job_log(fields)[-3000:] if os.path.exists(fields.get("StdOut", "")) else "(no log)"
+    assert ok, f"{what}: JobState={fields.get('JobState')} ExitCode={fields.get('ExitCode')}\n{log}"
 
 
-def same_metrics(run_dir, ref_dir, what, rel=1e-6):
+def assert_same_metrics(run_dir, ref_dir, what, rel=1e-6):
     ms, es = read_metrics(run_dir)
     mr, er = read_metrics(ref_dir)
-    c.check([m["step"] for m in ms] == [m["step"] for m in mr] and len(ms) > 0,
-            f"{what}: steps {[m['step'] for m in ms]} vs {[m['step'] for m in mr]}")
+    assert [m["step"] for m in ms] == [m["step"] for m in mr] and len(ms) > 0, \
+        f"{what}: steps {[m['step'] for m in ms]} vs {[m['step'] for m in mr]}"
     worst = max((abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(ms, mr)), default=0.0)
-    c.check(worst <= rel, f"{what}: loss differs by {worst:.2e} relative (limit {rel})")
-    c.check([m["weight_sum"] for m in ms] == [m["weight_sum"] for m in mr], f"{what}: weight_sum per step")
-    c.check(len(es) == len(er), f"{what}: {len(es)} eval lines vs {len(er)}")
+    assert worst <= rel, f"{what}: loss differs by {worst:.2e} relative (limit {rel})"
+    assert [m["weight_sum"] for m in ms] == [m["weight_sum"] for m in mr], f"{what}: weight_sum per step"
+    assert len(es) == len(er), f"{what}: {len(es)} eval lines vs {len(er)}"
 
 
-def final_params_equal(run_dir, ref_dir, step, what):
+def assert_final_params_equal(run_dir, ref_dir, step, what):
     a = read_params(f"{run_dir}/checkpoints/step_{step}.h5")
     b = read_params(f"{ref_dir}/checkpoints/step_{step}.h5")
-    c.check(all(np.array_equal(a[k], b[k]) for k in b), f"{what}: final parameters bitwise equal")
+    differ = [k for k in b if not np.array_equal(a[k], b[k])]
+    assert not differ, f"{what}: final parameters not bitwise equal: {differ}"
 
 
-# 1. cpu.sbatch with 2 and 4 tasks equals mpirun with as many ranks.
-for n in (2, 4):
-    _, fields = run_job("cpu.sbatch", [f"--ntasks={n}"], [f"run_name=slurm{n}"])
-    if completed(fields, f"cpu.sbatch --ntasks={n}"):
-        run_train(cfg, {"run_name": f"mpi{n}"}, np_=n)
-        same_metrics(f"{d}/out/slurm{n}", f"{d}/out/mpi{n}", f"{n} tasks: Slurm vs mpirun")
-        final_params_equal(f"{d}/out/slurm{n}", f"{d}/out/mpi{n}", 24, f"{n} tasks: Slurm vs mpirun")
-        log = job_log(fields)
-        c.check(f"metrics {d}/out/slurm{n}/metrics.jsonl" in log, "the job log says where the metrics are")
+@pytest.mark.parametrize("n", [2, 4])
+def test_cpu_sbatch_equals_mpirun(env, n, note):
+    """1. cpu.sbatch with 2 and 4 tasks equals mpirun with as many ranks."""
+    _, fields = env.run_job("cpu.sbatch", [f"--ntasks={n}"], [f"run_name=slurm{n}"], note)
+    assert_completed(fields, f"cpu.sbatch --ntasks={n}")
+    ref = env.mpirun_reference(n)
+    assert_same_metrics(f"{env.d}/out/slurm{n}", ref, f"{n} tasks: Slurm vs mpirun")
+    assert_final_params_equal(f"{env.d}/out/slurm{n}", ref, 24, f"{n} tasks: Slurm vs mpirun")
+    assert f"metrics {env.d}/out/slurm{n}/metrics.jsonl" in job_log(fields), \
+        "the job log says where the metrics are"
 
-# 2. The GPU scripts launch as they are (fake GPUs; the trainer on CPU): per-node GPUs and one per task.
-for script, env, header in (("single_node_gpu.sbatch", {}, "2 task(s), GPUs 0,1"),
-                            ("multi_node_gpu.sbatch", {"SFTDP_GPU_BIND": "single:1"}, "2 task(s) on 1 node(s)")):
+
+@pytest.mark.parametrize("script, job_env, header", [
+    ("single_node_gpu.sbatch", {}, "2 task(s), GPUs 0,1"),
+    ("multi_node_gpu.sbatch", {"SFTDP_GPU_BIND": "single:1"}, "2 task(s) on 1 node(s)")])
+def test_gpu_scripts_launch(env, script, job_env, header, note):
+    """2. The GPU scripts launch as they are (fake GPUs; the trainer on CPU): per-node GPUs and
+    one per task."""
     name = script.split(".")[0]
-    _, fields = run_job(script, ["--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1"],
-                        [f"run_name={name}", "hardware=cpu"], env)
-    if completed(fields, script):
-        same_metrics(f"{d}/out/{name}", f"{d}/out/mpi2", f"{script} vs mpirun")
-        c.check(header in job_log(fields), f"{script}: the job's header line has '{header}'")
-
-# 2b. Slurm 22.05's srun exits 0 when it cannot launch the tasks; the scripts turn that into a
-# failure. Provoked the way it happened here: mpi/pmix finds its per-step directory already there.
-next_id = int(cluster.cmd("scontrol", "show", "config").split("NEXT_JOB_ID")[1].split("=")[1].split()[0])
-os.makedirs(os.path.join(cluster.state_dir, "tmp", f"spmix_appdir_{os.getuid()}_{next_id}.0"))
-job_id, fields = run_job("cpu.sbatch", ["--ntasks=2"], ["run_name=unlaunched"])
-c.check(job_id == str(next_id), f"the job got the predicted id {next_id} (got {job_id})")
-c.check(fields.get("JobState") == "FAILED" and fields.get("ExitCode") == "1:0",
-        f"a job whose tasks were never launched fails: {fields.get('JobState')} {fields.get('ExitCode')}")
-c.check("srun could not launch the tasks" in job_log(fields), "the log says the tasks were not launched")
-
-# 3. Stop and resume. A model slow enough (~40 ms a step on 2 ranks) to be caught mid-run.
-slow = {"emb_dim": 128, "mlp_dim": 512, "num_heads": 4, "steps": 150, "eval_interval": 50}
-slow_args = [f"{k}={v}" for k, v in slow.items()]
-run_train(cfg, dict(slow, run_name="reference"), np_=2)
-ref = f"{d}/out/reference"
+    _, fields = env.run_job(script, ["--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1"],
+                            [f"run_name={name}", "hardware=cpu"], note, job_env)
+    assert_completed(fields, script)
+    assert_same_metrics(f"{env.d}/out/{name}", env.mpirun_reference(2), f"{script} vs mpirun")
+    assert header in job_log(fields), f"{script}: the job's header line has '{header}'"
 
 
-def signalled_job(run_name, scancel_options):
-    job_id = cluster.submit(os.path.join(SLURM_DIR, "cpu.sbatch"), [cfg, f"run_name={run_name}", *slow_args],
-                            SBATCH_CWD + ["--ntasks=2"], JOB_ENV)
-    at = wait_metrics(f"{d}/out/{run_name}", 5, timeout=120)
-    cluster.cmd("scancel", "--signal=USR1", *scancel_options, job_id)
-    print(f"job {job_id}: USR1 ({' '.join(scancel_options) or 'job steps'}) after step {at}", flush=True)
+def test_unlaunched_tasks_fail_the_job(env, note):
+    """2b. Slurm 22.05's srun exits 0 when it cannot launch the tasks; the scripts turn that into a
+    failure. Provoked the way it happened here: mpi/pmix finds its per-step directory already there."""
+    cluster = env.cluster
+    next_id = int(cluster.cmd("scontrol", "show", "config").split("NEXT_JOB_ID")[1].split("=")[1].split()[0])
+    os.makedirs(os.path.join(cluster.state_dir, "tmp", f"spmix_appdir_{os.getuid()}_{next_id}.0"))
+    job_id, fields = env.run_job("cpu.sbatch", ["--ntasks=2"], ["run_name=unlaunched"], note)
+    assert job_id == str(next_id), f"the job got the predicted id {next_id} (got {job_id})"
+    assert fields.get("JobState") == "FAILED" and fields.get("ExitCode") == "1:0", \
+        f"a job whose tasks were never launched fails: {fields.get('JobState')} {fields.get('ExitCode')}"
+    assert "srun could not launch the tasks" in job_log(fields), "the log says the tasks were not launched"
+
+
+@pytest.fixture(scope="module")
+def slow_reference(env):
+    """3. Stop and resume: a model slow enough (~40 ms a step on 2 ranks) to be caught mid-run,
+    run uninterrupted under mpirun."""
+    run_train(env.cfg, dict(SLOW, run_name="reference"), np_=2)
+    return f"{env.d}/out/reference"
+
+
+def signalled_job(env, run_name, scancel_options, note):
+    job_id = env.cluster.submit(os.path.join(SLURM_DIR, "cpu.sbatch"), [env.cfg, f"run_name={run_name}", *SLOW_ARGS],
+                                env.sbatch_cwd + ["--ntasks=2"], JOB_ENV)
+    at = wait_metrics(f"{env.d}/out/{run_name}", 5, timeout=120)
+    env.cluster.cmd("scancel", "--signal=USR1", *scancel_options, job_id)
+    note(f"job {job_id}: USR1 ({' '.join(scancel_options) or 'job steps'}) after step {at}")
     return job_id
 
 
-# 3a. USR1 to the job steps (scancel --signal=USR1): checkpoint, clean end, no requeue; resubmit resumes.
-job_id = signalled_job("stopped", [])
-fields = cluster.wait_job(job_id, timeout=120)
-completed(fields, "the signalled job")
-c.check(fields.get("Restarts") == "0", f"a step-signalled job is not requeued (Restarts={fields.get('Restarts')})")
-log = job_log(fields)
-ckpts = os.listdir(f"{d}/out/stopped/checkpoints")
-stop_step = int(ckpts[0][5:-3]) if len(ckpts) == 1 else -1
-c.check("stop signal received: checkpoint at step" in log, "the trainer logged the stop")
-c.check(5 <= stop_step < slow["steps"], f"one checkpoint, mid-run: {ckpts}")
-_, fields = run_job("cpu.sbatch", ["--ntasks=2"], ["run_name=stopped", *slow_args])
-completed(fields, "the resubmitted job")
-c.check(f"resuming from {d}/out/stopped/checkpoints/step_{stop_step}.h5" in job_log(fields),
-        "the resubmission resumes from the stop checkpoint")
-same_metrics(f"{d}/out/stopped", ref, "stopped + resubmitted vs uninterrupted", rel=0.0)
-final_params_equal(f"{d}/out/stopped", ref, slow["steps"], "stopped + resubmitted vs uninterrupted")
+def test_usr1_to_job_steps_stops_and_resubmission_resumes(env, slow_reference, note):
+    """3a. USR1 to the job steps (scancel --signal=USR1): checkpoint, clean end, no requeue;
+    resubmit resumes."""
+    job_id = signalled_job(env, "stopped", [], note)
+    fields = env.cluster.wait_job(job_id, timeout=120)
+    assert_completed(fields, "the signalled job")
+    assert fields.get("Restarts") == "0", f"a step-signalled job is not requeued (Restarts={fields.get('Restarts')})"
+    log = job_log(fields)
+    ckpts = os.listdir(f"{env.d}/out/stopped/checkpoints")
+    stop_step = int(ckpts[0][5:-3]) if len(ckpts) == 1 else -1
+    assert "stop signal received: checkpoint at step" in log, f"the trainer logged the stop\n{log[-3000:]}"
+    assert 5 <= stop_step < SLOW["steps"], f"one checkpoint, mid-run: {ckpts}"
+    _, fields = env.run_job("cpu.sbatch", ["--ntasks=2"], ["run_name=stopped", *SLOW_ARGS], note)
+    assert_completed(fields, "the resubmitted job")
+    assert f"resuming from {env.d}/out/stopped/checkpoints/step_{stop_step}.h5" in job_log(fields), \
+        "the resubmission resumes from the stop checkpoint"
+    assert_same_metrics(f"{env.d}/out/stopped", slow_reference, "stopped + resubmitted vs uninterrupted", rel=0.0)
+    assert_final_params_equal(f"{env.d}/out/stopped", slow_reference, SLOW["steps"],
+                              "stopped + resubmitted vs uninterrupted")
 
-# 3b. USR1 to the batch shell (what --signal=B:USR1@120 does): it forwards, then requeues the job.
-job_id = signalled_job("requeued", ["--batch"])
-fields = cluster.wait_job(job_id, timeout=120,
-                          until=lambda f: f.get("Restarts") == "1" or f.get("JobState") in ("COMPLETED", "FAILED"))
-c.check(fields.get("Restarts") == "1", f"the job requeued itself (Restarts={fields.get('Restarts')})")
-if fields.get("JobState") == "PENDING":  # Slurm holds a requeued job back ~2 min (BeginTime); skip that
-    cluster.cmd("scontrol", "update", f"JobId={job_id}", "StartTime=now")
-fields = cluster.wait_job(job_id, timeout=120,
-                          until=lambda f: f.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED"))
-completed(fields, "the requeued job")
-log = job_log(fields)
-c.check("requeueing job" in log and "resuming from" in log, "the log shows the requeue and the resume")
-same_metrics(f"{d}/out/requeued", ref, "requeued vs uninterrupted", rel=0.0)
-final_params_equal(f"{d}/out/requeued", ref, slow["steps"], "requeued vs uninterrupted")
 
-print(f"Slurm checks took {time.monotonic() - t_start:.1f} s", flush=True)
-pids = cluster.daemon_pids()
-cluster.stop()
-c.check(len(pids) == 3 and not any(pid_alive(p) for p in pids.values()),
-        f"daemons stopped by PID: {pids}, alive: {[n for n, p in pids.items() if pid_alive(p)]}")
-c.check(not cluster.job_processes(), f"no job process left: {cluster.job_processes()}")
-c.close()
+def test_usr1_to_batch_shell_requeues(env, slow_reference, note):
+    """3b. USR1 to the batch shell (what --signal=B:USR1@120 does): it forwards, then requeues the job."""
+    cluster = env.cluster
+    job_id = signalled_job(env, "requeued", ["--batch"], note)
+    fields = cluster.wait_job(job_id, timeout=120,
+                              until=lambda f: f.get("Restarts") == "1" or f.get("JobState") in ("COMPLETED", "FAILED"))
+    assert fields.get("Restarts") == "1", f"the job requeued itself (Restarts={fields.get('Restarts')})"
+    if fields.get("JobState") == "PENDING":  # Slurm holds a requeued job back ~2 min (BeginTime); skip that
+        cluster.cmd("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    fields = cluster.wait_job(job_id, timeout=120,
+                              until=lambda f: f.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED"))
+    assert_completed(fields, "the requeued job")
+    log = job_log(fields)
+    assert "requeueing job" in log and "resuming from" in log, f"the log shows the requeue and the resume\n{log[-3000:]}"
+    assert_same_metrics(f"{env.d}/out/requeued", slow_reference, "requeued vs uninterrupted", rel=0.0)
+    assert_final_params_equal(f"{env.d}/out/requeued", slow_reference, SLOW["steps"], "requeued vs uninterrupted")
+
+
+def test_cluster_stops_cleanly(env):
+    """Last: the daemons are stopped by PID and no job process is left (the fixture's stop is then a no-op)."""
+    cluster = env.cluster
+    pids = cluster.daemon_pids()
+    cluster.stop()
+    assert len(pids) == 3 and not any(pid_alive(p) for p in pids.values()), \
+        f"daemons stopped by PID: {pids}, alive: {[n for n, p in pids.items() if pid_alive(p)]}"
+    assert not cluster.job_processes(), f"no job process left: {cluster.job_processes()}"
