@@ -1,5 +1,5 @@
-"""Shared helpers for the integration tests: tiny data files (SPEC §4), configs, sft_train runs
-(plain or under mpirun), metrics and checkpoint readers. Run under Debian's /usr/bin/python3."""
+"""Shared helpers for the integration tests: tiny data files (docs/SPEC.md §4), configs, sft_train
+runs (plain or under mpirun), metrics and checkpoint readers. Run under Debian's /usr/bin/python3."""
 import json
 import os
 import shutil
@@ -122,7 +122,7 @@ def worst_tensors(a, b, n=3):
 
 
 def gpt2_shapes(L, C, F, V, maxT):
-    """SPEC §5 names and shapes."""
+    """docs/SPEC.md §5 names and shapes."""
     s = {"wte": (V, C), "wpe": (maxT, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
     for l in range(L):
         h = f"h.{l}."

@@ -1,5 +1,5 @@
-"""Bad input of every class (SPEC §2): one `error:` line on stderr naming the key, file or row,
-exit status 2, and nothing written or damaged (no output directory appears; an existing
+"""Bad input of every class (docs/SPEC.md §2): one `error:` line on stderr naming the key, file or
+row, exit status 2, and nothing written or damaged (no output directory appears; an existing
 checkpoint keeps its bytes). Multi-rank: a corrupt row seen by one rank ends every rank promptly.
 The cases run in the order listed and share one directory, as one run of sft_train after another."""
 import hashlib

@@ -1,8 +1,8 @@
-"""SPEC §1 across ranks: the same 20-step run as world × GA in {1×1, 1×4, 2×1, 2×2, 4×1, 4×2}
-on rows with very unequal token counts, fully masked rows, a fully masked micro-batch and a fully
-masked step (skipped) gives the same per-step loss (≤ 1e-5 rel), the same final params (≤ 1e-4
-rel) and the same steps per epoch. Plus the two regression tests named after the bugs this
-project exists to avoid, and a 4-rank run resumed on 2 ranks with GA doubled."""
+"""docs/SPEC.md §1 across ranks: the same 20-step run as world × GA in {1×1, 1×4, 2×1, 2×2, 4×1,
+4×2} on rows with very unequal token counts, fully masked rows, a fully masked micro-batch and a
+fully masked step (skipped) gives the same per-step loss (≤ 1e-5 rel), the same final params (≤ 1e-4
+rel) and the same steps per epoch. Plus the two regression tests named after the bugs this project
+exists to avoid, and a 4-rank run resumed on 2 ranks with GA doubled."""
 import os
 import subprocess
 

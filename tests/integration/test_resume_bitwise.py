@@ -1,4 +1,4 @@
-"""Resume is bit-perfect (SPEC §5): 6 steps straight vs 3 steps, a crash, and an automatic
+"""Resume is bit-perfect (docs/SPEC.md §5): 6 steps straight vs 3 steps, a crash, and an automatic
 resume from the step-3 checkpoint for the last 3 give bitwise-identical parameters, AdamW moments
 and metrics (loss, lr, grad_norm, weight_sum). The loss also falls over 20 steps."""
 import os
