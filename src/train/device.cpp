@@ -9,8 +9,9 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "sftdp/check.h"
+#include "sftdp/check_mpi.h"
 #include "sftdp/log.h"
+#include "train/gpu_plan.h"
 
 namespace sftdp::train {
 namespace {
@@ -44,10 +45,17 @@ Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
 #endif
     }
   });
-  // auto: the GPU only when every rank has one, since all ranks must use one kind of communicator.
-  int all_have_gpu = have_gpu ? 1 : 0;
-  CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all_have_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  dev.gpu = cfg.hardware == "gpu" || (cfg.hardware == "auto" && all_have_gpu);
+  // The GPU only when every rank gets a device of its own (all ranks must use one kind of
+  // communicator, and NCCL refuses two ranks on one GPU); the facts are gathered, so all agree.
+  if (cfg.hardware != "cpu") {
+    const GpuPlan plan = plan_gpus(gather_gpu_facts(mpi));
+    if (!plan.ok && cfg.hardware == "gpu")
+      throw UserError("hardware: gpu: " + plan.why +
+                      "; start at most one rank per GPU on each node, or use hardware=cpu or auto");
+    if (!plan.ok && plan.any_device)
+      log::info("hardware: auto: the CPU on every rank, since %s", plan.why.c_str());
+    dev.gpu = plan.ok;
+  }
   if (!dev.gpu) {
     if (cfg.dtype != "float32")
       throw UserError("dtype: " + cfg.dtype + " needs hardware=gpu; the CPU path computes in float32");
@@ -61,8 +69,8 @@ Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
   }
 #ifdef SFTDP_WITH_CUDA
   const int device = cuda_select_device(mpi.local_rank());
-  cuda_set_bf16_gemm(cfg.dtype == "bfloat16" || cfg.weight_dtype == "bfloat16");
-  dev.ops = cuda_ops();
+  const bool bf16_gemm = cfg.dtype == "bfloat16" || cfg.weight_dtype == "bfloat16";
+  dev.ops = cuda_ops(bf16_gemm ? GemmInputs::kBf16 : GemmInputs::kFp32);
   SFTDP_ASSERT(dev.ops != nullptr, "CUDA device reported present but no CUDA ops table");
   dev.comm = comm::make_nccl_communicator();
   log::info("hardware: gpu (CUDA device %d on %s, local rank %d)", device, mpi.host().c_str(),
