@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sftdp::comm {
 
@@ -54,6 +55,22 @@ std::unique_ptr<Communicator> make_nccl_communicator();
 // node cannot see, a node without a GPU), every rank throws the lowest such rank's message, so
 // all ranks exit 2 together instead of some waiting forever in the next collective.
 void agree_on_user_errors(const std::function<void()>& fn);
+
+// True when `mine` is true on every rank (a logical AND over MPI_COMM_WORLD, under the deadline).
+// `what` names it in a timeout message ("the GPU check").
+bool every_rank(bool mine, const char* what);
+// Every rank's `mine`, in rank order, on every rank (allgather of the sizes, then of the bytes).
+std::vector<std::string> allgather_strings(const std::string& mine, const char* what);
+
+// The collective deadline (config key collective_timeout_s, default 600 s; 0 = none). Every
+// collective above (the Communicators' methods, agree_on_user_errors, every_rank) is a
+// non-blocking call polled until done or this many seconds have passed; then the job ends
+// (MPI_Abort, exit 1) and rank 0 (or rank 1, if rank 0 is the one stuck) names the ranks that
+// never reached the collective, and their hosts. Same value on every rank.
+void set_collective_timeout(double seconds);
+double collective_timeout();
+// Appended to a collective's name in that message: "of step 7", "during set-up"; "" for none.
+void set_collective_context(const std::string& where);
 
 // The number of ranks and this rank, readable before a Communicator exists (config checks).
 int world_size();

@@ -17,6 +17,7 @@ struct Config {
   int64_t num_epochs = -1;   // -1 = unset; when both are unset, 1 epoch
   std::string hardware = "auto";  // cpu | gpu | auto
   int64_t seed = 0;
+  double collective_timeout_s = 600;  // a collective no rank finishes in this long ends the job; 0 = off
   // Batch
   int64_t global_batch_size = -1;      // exactly one of these two is set (> 0)
   int64_t per_device_batch_size = -1;  // rows per rank per micro-step

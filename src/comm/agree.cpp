@@ -1,14 +1,61 @@
-// src/comm/agree.cpp — agree_on_user_errors (include/sftdp/comm.h): one MPI_Allreduce (MIN) of
-// the lowest failing rank, then that rank broadcasts its message.
+// src/comm/agree.cpp — agree_on_user_errors, every_rank and allgather_strings (sftdp/comm.h), the
+// small whole-world exchanges. agree_on_user_errors: one allreduce (MIN) of the lowest failing
+// rank, then that rank broadcasts its message. Each collective is non-blocking, waited for under
+// the deadline (comm/collective.h).
 #include <mpi.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "comm/collective.h"
 #include "sftdp/check_mpi.h"
 #include "sftdp/comm.h"
 
 namespace sftdp::comm {
+namespace {
+constexpr const char* kAgreement = "the agreement on input errors";
+
+int min_over_ranks(int mine, const char* what) {
+  detail::Collective c(what);
+  CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, &mine, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, c.request()));
+  c.wait();
+  return mine;
+}
+
+void broadcast(void* buf, int count, MPI_Datatype type, int root) {
+  detail::Collective c(kAgreement);
+  CHECK_MPI(MPI_Ibcast(buf, count, type, root, MPI_COMM_WORLD, c.request()));
+  c.wait();
+}
+}  // namespace
+
+bool every_rank(bool mine, const char* what) { return min_over_ranks(mine ? 1 : 0, what) == 1; }
+
+std::vector<std::string> allgather_strings(const std::string& mine, const char* what) {
+  int world = 1;
+  CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  std::vector<int> sizes(world), offsets(world);
+  int size = static_cast<int>(mine.size());
+  {
+    detail::Collective c(what);
+    CHECK_MPI(MPI_Iallgather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD, c.request()));
+    c.wait();
+  }
+  int total = 0;
+  for (int r = 0; r < world; ++r) offsets[r] = total, total += sizes[r];
+  std::string all(static_cast<size_t>(total), '\0');
+  {
+    detail::Collective c(what);
+    CHECK_MPI(MPI_Iallgatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(), offsets.data(),
+                              MPI_CHAR, MPI_COMM_WORLD, c.request()));
+    c.wait();
+  }
+  std::vector<std::string> out;
+  out.reserve(world);
+  for (int r = 0; r < world; ++r) out.push_back(all.substr(offsets[r], sizes[r]));
+  return out;
+}
 
 void agree_on_user_errors(const std::function<void()>& fn) {
   int rank = 0, world = 1;
@@ -26,13 +73,12 @@ void agree_on_user_errors(const std::function<void()>& fn) {
     if (failed) throw UserError(error);
     return;
   }
-  int first = failed ? rank : world;
-  CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  const int first = min_over_ranks(failed ? rank : world, kAgreement);
   if (first == world) return;
   uint64_t len = error.size();
-  CHECK_MPI(MPI_Bcast(&len, 1, MPI_UINT64_T, first, MPI_COMM_WORLD));
+  broadcast(&len, 1, MPI_UINT64_T, first);
   error.resize(len);
-  CHECK_MPI(MPI_Bcast(error.data(), static_cast<int>(len), MPI_CHAR, first, MPI_COMM_WORLD));
+  broadcast(error.data(), static_cast<int>(len), MPI_CHAR, first);
   throw UserError(first == 0 ? error : error + " (seen by rank " + std::to_string(first) + ")");
 }
 

@@ -1,10 +1,12 @@
-// src/comm/mpi_communicator.cpp — the CPU communicator: in-place MPI_Allreduce (sum) of host
-// float buffers. MPI_Allreduce takes an int count, so buffers above INT_MAX floats go in chunks.
+// src/comm/mpi_communicator.cpp — the CPU communicator: in-place MPI_Iallreduce (sum) of host
+// float buffers, waited for under the collective deadline (comm/collective.h). MPI takes an int
+// count, so buffers above INT_MAX floats go in chunks.
 #include <mpi.h>
 
 #include <algorithm>
 #include <climits>
 
+#include "comm/collective.h"
 #include "comm/mpi_host.h"
 #include "sftdp/check_mpi.h"
 
@@ -18,7 +20,10 @@ class MpiCommunicator final : public MpiHostCommunicator {
     if (world_ == 1) return;  // the identity, but callers still go through here
     for (size_t off = 0; off < n; off += INT_MAX) {
       const int cnt = static_cast<int>(std::min<size_t>(INT_MAX, n - off));
-      CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+      detail::Collective c("the gradient allreduce");
+      CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                               c.request()));
+      c.wait();
     }
   }
 };

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "comm/collective.h"
 #include "sftdp/check_mpi.h"
 
 namespace sftdp::comm {
@@ -20,7 +21,10 @@ void MpiHostCommunicator::allreduce_sum_host(double* buf, size_t n) {
   if (world_ == 1) return;
   for (size_t off = 0; off < n; off += INT_MAX) {
     const int count = static_cast<int>(std::min<size_t>(INT_MAX, n - off));
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    detail::Collective c("a host allreduce");
+    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                             c.request()));
+    c.wait();
   }
 }
 
@@ -29,11 +33,17 @@ void MpiHostCommunicator::broadcast_host(void* buf, size_t bytes, int root) {
   auto* p = static_cast<char*>(buf);
   for (size_t off = 0; off < bytes; off += INT_MAX) {
     const int count = static_cast<int>(std::min<size_t>(INT_MAX, bytes - off));
-    CHECK_MPI(MPI_Bcast(p + off, count, MPI_BYTE, root, MPI_COMM_WORLD));
+    detail::Collective c(root == 0 ? "a broadcast from rank 0" : "a broadcast");
+    CHECK_MPI(MPI_Ibcast(p + off, count, MPI_BYTE, root, MPI_COMM_WORLD, c.request()));
+    c.wait();
   }
 }
 
-void MpiHostCommunicator::barrier() { CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
+void MpiHostCommunicator::barrier() {
+  detail::Collective c("the barrier");
+  CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, c.request()));
+  c.wait();
+}
 
 void MpiHostCommunicator::abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);

@@ -1,6 +1,7 @@
 // src/comm/mpi_host.h — what every Communicator does over MPI on host memory: rank and world
 // size, sums of doubles, broadcast of bytes, barrier and abort. The MPI and NCCL communicators
-// derive from it and add only their gradient allreduce. Counts above INT_MAX go in chunks.
+// derive from it and add only their gradient allreduce. Counts above INT_MAX go in chunks. Every
+// collective is non-blocking, waited for under the deadline (comm/collective.h).
 #pragma once
 #include "sftdp/comm.h"
 

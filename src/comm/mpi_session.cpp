@@ -1,8 +1,9 @@
 // src/comm/mpi_session.cpp — MPI_Init/Finalize around a run, and this rank's place: rank, world,
 // node-local rank (MPI_Comm_split_type SHARED) and host name. Works under mpirun, srun --mpi=pmix
-// and as a singleton with no launcher.
+// and as a singleton with no launcher. Opens the collectives' arrival channel (comm/collective.h).
 #include <mpi.h>
 
+#include "comm/collective.h"
 #include "sftdp/check_mpi.h"
 #include "sftdp/comm.h"
 #include "sftdp/log.h"
@@ -59,11 +60,13 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   host_.assign(name, len);
   log::set_rank(rank_);
   set_job_abort(abort_world, rank_);
+  detail::open_arrival_channel();
 }
 
 MpiSession::~MpiSession() {
   int fin = 0;
   MPI_Finalized(&fin);
+  if (!fin) detail::close_arrival_channel();
   set_job_abort(nullptr, rank_);  // MPI_Abort is not allowed after MPI_Finalize
   if (owns_ && !fin) MPI_Finalize();
 }

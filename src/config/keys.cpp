@@ -109,6 +109,7 @@ const std::vector<KeySpec>& all_keys() {
       {"num_epochs", "Run", &Config::num_epochs, true},
       {"hardware", "Run", &Config::hardware},
       {"seed", "Run", &Config::seed},
+      {"collective_timeout_s", "Run", &Config::collective_timeout_s},
       {"global_batch_size", "Batch", &Config::global_batch_size, true},
       {"per_device_batch_size", "Batch", &Config::per_device_batch_size, true},
       {"gradient_accumulation_steps", "Batch", &Config::gradient_accumulation_steps},

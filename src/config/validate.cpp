@@ -54,6 +54,9 @@ void validate_run(const Config& cfg) {
     fail("steps", "give steps or num_epochs, not both (set the other to null)");
   require_one_of("hardware", cfg.hardware, "cpu", "gpu", "auto");
   require_at_least("seed", cfg.seed, 0);
+  if (cfg.collective_timeout_s < 0)
+    fail("collective_timeout_s",
+         "must be >= 0 (seconds; 0 = no deadline), got " + format_double(cfg.collective_timeout_s));
 }
 
 void validate_batch(const Config& cfg) {

@@ -47,6 +47,9 @@ std::string format_eta(double seconds) {
 
 int run(const config::Config& cfg, comm::MpiSession& mpi) {
   // ---- everything that can be wrong with the input, before anything is written ----
+  // Every collective from here on ends the job if a rank stays away this long (comm.h).
+  comm::set_collective_timeout(cfg.collective_timeout_s);
+  comm::set_collective_context("during set-up");
   const auto plan = config::resolve_batch(cfg, mpi.world());
   const auto dims = config::model_dims(cfg);
   Device dev = pick_device(cfg, mpi);
@@ -112,6 +115,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   int64_t timed_steps = 0;
   while (state.step < total_steps) {
     const auto t0 = Clock::now();
+    comm::set_collective_context("of step " + std::to_string(state.step + 1));
     const auto rows = sampler.step_rows(state.epoch, state.step_in_epoch);
     model.zero_grads();
     // Only this rank reads (and checks) its rows: a bad one ends the job from here, exit 2.
@@ -178,6 +182,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
       return 0;
     }
   }
+  comm::set_collective_context("at the end of the run");
   run_eval(state.step);
   comm.barrier();  // rank 0's checkpoint is on disk before any rank reports success
   log::info("done: %lld steps; outputs in %s", (long long)state.step, paths.run_dir.c_str());

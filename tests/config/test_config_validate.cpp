@@ -54,6 +54,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"StepsAndEpochs", {"steps=10", "num_epochs=1"},
                  "steps: give steps or num_epochs, not both (set the other to null)"},
         BadValue{"UnknownHardware", {"hardware=tpu"}, "hardware: expected cpu, gpu or auto, got 'tpu'"},
+        BadValue{"NegativeCollectiveTimeout", {"collective_timeout_s=-1"},
+                 "collective_timeout_s: must be >= 0 (seconds; 0 = no deadline), got -1.0"},
+        BadValue{"CollectiveTimeoutNotANumber", {"collective_timeout_s=10m"},
+                 "collective_timeout_s: expected a number, got '10m'"},
+        BadValue{"CollectiveTimeoutInfinite", {"collective_timeout_s=inf"},
+                 "collective_timeout_s: expected a number, got 'inf'"},
         BadValue{"NegativeSeed", {"seed=-1"}, "seed: must be >= 0, got -1"},
         // Batch
         BadValue{"BothBatchSizes", {"per_device_batch_size=2"},
@@ -118,10 +124,18 @@ TEST(ConfigAccepts, TheBoundaryValues) {
                  "learning_rate_final_fraction=0", "gradient_clipping_threshold=0",
                  "adam_weight_decay=0", "eval_interval=0", "keep_checkpoints=0",
                  "checkpoint_period=0", "max_target_length=256", "num_epochs=1", "log_period=1",
-                 "hardware=gpu", "dtype=bfloat16", "weight_dtype=bfloat16"});
+                 "hardware=gpu", "dtype=bfloat16", "weight_dtype=bfloat16",
+                 "collective_timeout_s=0"});
   EXPECT_EQ(cfg.max_target_length, 256) << "gpt2-tiny's position table holds 256 rows";
   EXPECT_EQ(cfg.num_epochs, 1);
   EXPECT_EQ(cfg.dtype, "bfloat16") << "bf16 on a CPU is refused by the trainer, not here";
+  EXPECT_EQ(cfg.collective_timeout_s, 0.0) << "0 turns the collective deadline off";
+}
+
+TEST(ConfigAccepts, CollectiveTimeoutInSecondsWithDefault600) {
+  EXPECT_EQ(from_yaml_text(kMinimal, {}).collective_timeout_s, 600.0);
+  EXPECT_EQ(from_yaml_text(kMinimal + "collective_timeout_s: 2.5\n", {}).collective_timeout_s, 2.5);
+  EXPECT_EQ(from_yaml_text(kMinimal, {"collective_timeout_s=30"}).collective_timeout_s, 30.0);
 }
 
 // -1 is how the Config struct stores "unset", but a user who writes -1 made a mistake: only

@@ -23,6 +23,7 @@ using detail::format_value;
 std::vector<Config> configs_touching_every_key() {
   const std::vector<std::string> common = {
       "run_name='null'", "base_output_directory='out dir: #1'", "hardware=cpu", "seed=7",
+      "collective_timeout_s=2.5",
       "gradient_accumulation_steps=3", "max_target_length=48",
       "train_files=[a.h5, 'b,c.h5', '[d].h5']", "eval_files=[e.h5]",
       "enable_data_shuffling=false", "data_shuffle_seed=11", "eval_interval=5", "eval_steps=2",
