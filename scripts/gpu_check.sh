@@ -43,14 +43,14 @@ machine() {
 packages() { x bash "$ROOT/scripts/gpu_packages.sh" install; }
 configure() {  # a build without CUDA would pass everything: CUDA ON is part of the check
   local args=(); [[ -f $PKG/cmake.args ]] && mapfile -t args <"$PKG/cmake.args"
+  [[ -f $BUILD/CMakeCache.txt ]] || ! command -v ninja >/dev/null || command -v make >/dev/null || args+=(-G Ninja)
   x cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSFTDP_NATIVE=ON \
     "${args[@]}" && x grep -q "sft-dp: CUDA ON" "$RES/$STEP.log"
 }
-build() {
-  local targets=()
-  mapfile -t targets < <(x cmake --build "$BUILD" --target help |
-    grep -oE '(sft_train|sft_prepare|[a-z_]*cuda[a-z_]*|bench_gpu[a-z_]*)' | sort -u)
-  x cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]:-all}"
+build() {  # the apps, tests/<dir>/test_*cuda*.cpp (target <dir>_test_...) and bench_gpu_step
+  local targets=(sft_train sft_prepare bench_gpu_step) t
+  for t in "$ROOT"/tests/*/test_*cuda*.cpp; do t="${t#"$ROOT"/tests/}"; targets+=("${t%%/*}_$(basename "$t" .cpp)"); done
+  x cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
 }
 gpu_tests() {  # the CUDA-vs-CPU GoogleTests; a skipped one means no device was seen: a failure here
   x with_libs ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 240 &&

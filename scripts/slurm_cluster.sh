@@ -4,6 +4,7 @@
 #   start   install munge/slurm-wlm with apt-get if missing (exit 3 if that fails), start the daemons
 #           under setsid, wait until the node is idle; prints the state dir and writes $DIR/env
 #   stop    cancel jobs, stop the daemons by their recorded PIDs     status   exit 0 if up, 4 if not
+#   (exit 2: the state dir is out of reach of the munge user, e.g. under a 0700 directory)
 # Idempotent. State (config, munge key and socket, spool, logs, PIDs) in $SFTDP_SLURM_DIR
 # (default /tmp/sftdp-slurm). Clients: `source $DIR/env` (sets SLURM_CONF). Every wait is bounded.
 set -euo pipefail
@@ -144,6 +145,21 @@ wait_for() {  # wait_for SECONDS DAEMON WHAT CMD... : polls CMD every 0.2 s whil
   say "$what"
 }
 
+# munged runs as the munge user and must reach its key and socket under $DIR. Where a directory on
+# the way is closed to it (a 0700 temp dir, say), say which, instead of "munged did not answer".
+check_munge_can_reach() {
+  local rest p="" part mode owner
+  rest="$(realpath -m "$DIR/munge")"; rest="${rest#/}"
+  while [[ -n $rest ]]; do
+    part="${rest%%/*}"
+    if [[ $rest == */* ]]; then rest="${rest#*/}"; else rest=""; fi
+    p+="/$part"
+    setpriv --reuid=munge --regid=munge --init-groups test -x "$p" 2>/dev/null && continue
+    mode="$(stat -c %a "$p")" owner="$(stat -c %U "$p")"
+    die "the state dir $DIR is out of reach of user munge (munged runs as munge): it cannot enter $p (mode $mode, owner $owner); chmod o+x $p, or set SFTDP_SLURM_DIR to a directory under a traversable path (default /tmp/sftdp-slurm)" 2
+  done
+}
+
 munge_works() {
   munge -n -S "$DIR/munge/munge.socket" | unmunge -S "$DIR/munge/munge.socket"
 }
@@ -160,6 +176,7 @@ start() {
   install -d -m 1777 "$DIR/tmp"  # TmpFS: mpi/pmix's per-step dirs, named by job id, stay per cluster
   install_slurm
   install -d -m 755 -o munge -g munge "$DIR/munge"  # munged: socket dir must be o+x
+  check_munge_can_reach
   if [[ ! -s $DIR/munge/munge.key ]]; then
     head -c 1024 /dev/urandom >"$DIR/munge/munge.key"
     chown munge:munge "$DIR/munge/munge.key"

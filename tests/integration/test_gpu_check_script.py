@@ -57,6 +57,8 @@ def test_build_test_runs_every_step(tmp_path):
     assert "+ grep -q sft-dp: CUDA ON" in files["configure.log"], "configure checks that CUDA is on"
     assert "ctest --test-dir" in files["gpu_tests.log"] and "-L gpu" in files["gpu_tests.log"]
     assert "gpu_packages.sh install" in files["packages.log"]
+    for target in ("sft_train", "kernels_test_cuda_vs_cpu", "model_test_cuda_model", "bench_gpu_step"):
+        assert target in files["build.log"], f"build names {target}"
 
 
 def test_failing_and_hanging_steps_are_packed_and_the_rest_run(tmp_path):

@@ -1,0 +1,49 @@
+"""scripts/slurm_cluster.sh start with its state dir under a directory the munge user cannot enter (a
+0700 temp dir, as pytest's own are): exit 2 with one error line naming that directory, the munge
+user and the fix, before any daemon starts (it used to wait 15 s and say "munged did not answer").
+Needs root and Slurm (installed with apt-get by the script); skipped where neither can be had."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+SOURCE = os.environ.get("SFTDP_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+CLUSTER_SCRIPT = os.path.join(SOURCE, "scripts", "slurm_cluster.sh")
+CANNOT_INSTALL = 3
+
+
+def run_cluster(action, state_dir, timeout):
+    env = dict(os.environ, SFTDP_SLURM_DIR=state_dir)
+    return subprocess.run(["bash", CLUSTER_SCRIPT, action], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="slurm_cluster.sh runs as root")
+def test_state_dir_out_of_reach_of_munge(tmp_path):
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    os.chmod(closed, 0o700)  # whatever the umask
+    state_dir = str(closed / "cluster")
+    p = run_cluster("start", state_dir, timeout=600)
+    if p.returncode == CANNOT_INSTALL:
+        pytest.skip(f"Slurm cannot be installed: {p.stderr.strip().splitlines()[-1:]}")
+    try:
+        assert p.returncode == 2, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+        errors = [line for line in p.stderr.splitlines() if "error:" in line]
+        assert len(errors) == 1, p.stderr
+        # The first directory on the way that munge cannot enter: closed's, or an ancestor if
+        # pytest's base temp dir (0700 itself) comes first.
+        blocked = next(d for d in [*reversed(closed.parents), closed] if not os.stat(d).st_mode & 0o001)
+        assert f"cannot enter {blocked} (mode 700" in errors[0], errors[0]
+        assert "user munge" in errors[0] and f"chmod o+x {blocked}" in errors[0], errors[0]
+        assert state_dir in errors[0] and "SFTDP_SLURM_DIR" in errors[0], errors[0]
+        assert "did not answer" not in p.stderr
+        assert not os.path.exists(os.path.join(state_dir, "pids", "munged.pid")), "no daemon was started"
+    finally:
+        run_cluster("stop", state_dir, timeout=120)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
