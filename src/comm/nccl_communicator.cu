@@ -2,13 +2,16 @@
 // communicator over MPI_COMM_WORLD, its ncclUniqueId made by rank 0 and broadcast over MPI, its
 // own stream. allreduce_sum first makes that stream wait for everything queued on the kernels'
 // stream (an event, not a device-wide sync), runs one in-place fp32 ncclAllReduce (sum) and
-// returns when it is complete. Host helpers come from MpiHostCommunicator (src/comm/mpi_host.h).
+// returns when it is complete: an event polled (with ncclCommGetAsyncError) under the collective
+// deadline (comm/collective.h); on expiry ncclCommAbort, then the job ends naming the ranks that
+// never arrived. Host helpers come from MpiHostCommunicator (src/comm/mpi_host.h).
 // The CUDA device must be selected (cuda_select_device) before make_nccl_communicator().
 // The C API is all we use; the deprecated C++ bindings only add warnings under nvcc.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include "comm/collective.h"
 #include "comm/mpi_host.h"
 #include "kernels/cuda/common.cuh"
 #include "sftdp/check_mpi.h"
@@ -23,16 +26,21 @@ class NcclCommunicator final : public MpiHostCommunicator {
   NcclCommunicator() {
     ncclUniqueId id{};
     if (rank_ == 0) CHECK_NCCL(ncclGetUniqueId(&id));
-    CHECK_MPI(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD));
+    detail::Collective c("the NCCL set-up");
+    CHECK_MPI(MPI_Ibcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD, c.request()));
+    c.wait();
+    // Every rank has the id, so all are alive and about to join: a blocking init is safe here.
     CHECK_NCCL(ncclCommInitRank(&comm_, world_, id, rank_));
     CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CHECK_CUDA(cudaEventCreateWithFlags(&kernels_done_, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
   }
   ~NcclCommunicator() override {
     // Teardown: nothing useful can be done about a failure here, so results are not checked.
     (void)cudaStreamSynchronize(stream_);
     (void)ncclCommDestroy(comm_);
     (void)cudaEventDestroy(kernels_done_);
+    (void)cudaEventDestroy(reduced_);
     (void)cudaStreamDestroy(stream_);
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -50,15 +58,32 @@ class NcclCommunicator final : public MpiHostCommunicator {
     // show the ranks' summed gradients bitwise equal (NCCL's ring/tree finish each chunk on one rank
     // and broadcast it) and the MPI-vs-NCCL loss curves within tolerance. Two ranks cannot share
     // one GPU (NCCL refuses duplicate devices), so this needs a multi-GPU machine.
+    detail::Collective c("the gradient allreduce");
     CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+    CHECK_CUDA(cudaEventRecord(reduced_, stream_));
     // Returning means the sums are usable by whatever the caller queues next, on any stream.
-    CHECK_CUDA(cudaStreamSynchronize(stream_));
+    // GPU-CHECK: untested on a GPU (this machine has none): the poll below replaced a plain
+    // cudaStreamSynchronize; a stopped rank must end a 2-GPU job within collective_timeout_s.
+    c.wait_until([this] { return allreduce_done(); }, [this] { (void)ncclCommAbort(comm_); });
   }
 
  private:
+  // Polled by the deadline wait: true once reduced_ has passed; a CUDA error, or an error NCCL
+  // reports asynchronously (a peer's network failure), is an internal error.
+  bool allreduce_done() {
+    const cudaError_t e = cudaEventQuery(reduced_);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) CHECK_CUDA(e);
+    ncclResult_t async = ncclSuccess;
+    CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess && async != ncclInProgress) CHECK_NCCL(async);
+    return false;
+  }
+
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t kernels_done_ = nullptr;
+  cudaEvent_t reduced_ = nullptr;  // recorded on stream_ after each allreduce
 };
 
 }  // namespace
