@@ -40,9 +40,20 @@ void load_params(const std::string& path, const model::ParamLayout& layout,
 void save_params(const std::string& path, const model::ParamLayout& layout,
                  const std::vector<float>& params);
 
-// The step_<S>.h5 in dir with the largest S, if any (temporary files are ignored).
+// The step_<S>.h5 in dir with the largest S, if any (temporary and refused files are ignored).
 std::optional<std::string> newest(const std::string& dir);
 // Deletes all but the newest `keep` checkpoints (keep <= 0: keep all).
 void prune(const std::string& dir, int64_t keep);
+
+// Resume: loads (as load()) the newest checkpoint of dir that load() accepts and returns its path;
+// nothing when dir holds no checkpoint. Each newer one that load() refuses (truncated, damaged,
+// a tensor missing, a non-finite value, ...) is renamed to step_<S>.h5.corrupt (.corrupt.<k> if
+// that name is taken), which newest() and prune() never match, so it is kept for inspection but
+// never resumed from or counted as one of the kept checkpoints again; a warning names the refused
+// file, why, and the checkpoint used instead. When none loads: UserError naming the files and
+// why, and nothing is renamed (the run stops with exit 2; the files stay as they were).
+std::optional<std::string> load_newest(const std::string& dir, const model::ParamLayout& layout,
+                                       std::vector<float>& params, std::vector<float>& m,
+                                       std::vector<float>& v, TrainState& state);
 
 }  // namespace sftdp::checkpoint

@@ -1,7 +1,7 @@
-// src/checkpoint/checkpoint_dir.cpp — newest() and prune(): the checkpoints of a directory are
-// exactly the regular files named step_<S>.h5 with S a plain decimal (no sign, no leading zeros),
-// ordered by S as a number. Temporary files (.step_<S>.h5.tmp.<pid>) and anything else are
-// never returned and never deleted.
+// src/checkpoint/checkpoint_dir.cpp — newest(), prune() and load_newest(): the checkpoints of a
+// directory are exactly the regular files named step_<S>.h5 with S a plain decimal (no sign, no
+// leading zeros), ordered by S as a number. Temporary files (.step_<S>.h5.tmp.<pid>), refused ones
+// (step_<S>.h5.corrupt[.<k>]) and anything else are never returned and never deleted.
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -62,6 +62,15 @@ Listing list_checkpoints(const std::string& dir) {
   return out;
 }
 
+// Where a refused checkpoint goes: a name no listing matches that replaces no existing file.
+std::string aside_name(const std::string& path) {
+  std::string target = path + ".corrupt";
+  std::error_code ec;
+  for (int k = 2; fs::exists(target, ec) || fs::is_symlink(target, ec); ++k)
+    target = path + ".corrupt." + std::to_string(k);
+  return target;
+}
+
 }  // namespace
 
 std::optional<std::string> newest(const std::string& dir) {
@@ -90,6 +99,48 @@ void prune(const std::string& dir, int64_t keep) {
     if (!fs::remove(path, ec) && ec)
       log::warn("%s: cannot delete old checkpoint: %s", path.c_str(), ec.message().c_str());
   }
+}
+
+std::optional<std::string> load_newest(const std::string& dir, const model::ParamLayout& layout,
+                                       std::vector<float>& params, std::vector<float>& m,
+                                       std::vector<float>& v, TrainState& state) {
+  const Listing listing = list_checkpoints(dir);
+  if (listing.error)
+    throw UserError(dir + ": cannot list checkpoints: " + listing.error.message());
+  std::vector<std::pair<std::string, std::string>> refused;  // (path, why), newest first
+  for (auto it = listing.checkpoints.rbegin(); it != listing.checkpoints.rend(); ++it) {
+    const std::string& path = it->second;
+    try {
+      load(path, layout, params, m, v, state);
+    } catch (const UserError& e) {
+      refused.emplace_back(path, e.what());  // "<path>: <what is wrong>"
+      continue;
+    }
+    // Only now, with a checkpoint to resume from, are the refused ones moved: if none loads, the
+    // files stay as they were (a changed model config refuses every one of them).
+    for (const auto& [bad, why] : refused) {
+      const std::string aside = aside_name(bad);
+      std::error_code ec;
+      fs::rename(bad, aside, ec);
+      if (ec)
+        throw UserError(why + "; it cannot be moved aside to " + aside + " (" + ec.message() +
+                        "), so a later prune could keep it and delete good checkpoints: move or "
+                        "delete it, then run again");
+      log::warn("%s; resuming from the older %s instead (the refused file is kept as %s)",
+                why.c_str(), path.c_str(), aside.c_str());
+    }
+    return path;
+  }
+  if (refused.empty()) return std::nullopt;
+  if (refused.size() == 1) throw UserError(refused.front().second);
+  constexpr size_t kShown = 3;
+  std::string msg = "no checkpoint in " + dir + " can be resumed from (" +
+                    std::to_string(refused.size()) + " refused): ";
+  for (size_t i = 0; i < std::min(refused.size(), kShown); ++i)
+    msg += (i > 0 ? "; " : "") + refused[i].second;
+  if (refused.size() > kShown)
+    msg += "; and " + std::to_string(refused.size() - kShown) + " older ones";
+  throw UserError(msg);
 }
 
 }  // namespace sftdp::checkpoint

@@ -5,15 +5,15 @@
 #include <cstdint>
 #include <string>
 
-#include "data/h5_util.h"
+#include "h5/h5.h"
 
 namespace sftdp::data {
 
 struct DataFile {
   std::string path;
-  H5Handle file;  // declared first: the datasets below close before the file
-  H5Handle inputs, targets, loss_weights;  // int32, int32, float32 [rows, T]
-  H5Handle segment_ids, positions;         // int32 [rows, T]; invalid() when the file has none
+  h5::Handle file;  // declared first: the datasets below close before the file
+  h5::Handle inputs, targets, loss_weights;  // int32, int32, float32 [rows, T]
+  h5::Handle segment_ids, positions;         // int32 [rows, T]; invalid() when the file has none
   int64_t rows = 0;
   int T = 0;
   int64_t vocab_size = 0;  // the file's root attribute, <= the model's

@@ -37,8 +37,9 @@ constexpr size_t kRunsPerRead = 32;
 
 // Reads the given sorted unique rows of `dataset` into buf [rows.size(), T] (elements of
 // elem_size bytes). The file selection is a union of contiguous runs; HDF5 returns a union in
-// file order, which is rows' order, so each read fills the next rows of buf.
-void read_sorted_rows(hid_t dataset, hid_t mem_type, size_t elem_size,
+// file order, which is rows' order, so each read fills the next rows of buf. Returns false when
+// HDF5 cannot read the data: the file is damaged (truncated, unreadable chunk or external storage).
+bool read_sorted_rows(hid_t dataset, hid_t mem_type, size_t elem_size,
                       const std::vector<int64_t>& rows, int T, void* buf) {
   h5::Handle file_space(CHECK_H5(H5Dget_space(dataset)), H5Sclose);
   size_t i = 0;
@@ -57,8 +58,10 @@ void read_sorted_rows(hid_t dataset, hid_t mem_type, size_t elem_size,
     const hsize_t mem_dims[2] = {i - first, static_cast<hsize_t>(T)};
     h5::Handle mem_space(CHECK_H5(H5Screate_simple(2, mem_dims, nullptr)), H5Sclose);
     char* dst = static_cast<char*>(buf) + first * static_cast<size_t>(T) * elem_size;
-    CHECK_H5(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst));
+    if (H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst) < 0)
+      return false;
   }
+  return true;
 }
 
 [[noreturn]] void bad_value(const DataFile& f, const char* dataset, int64_t row, int pos,
@@ -148,7 +151,7 @@ void Dataset::read_rows(const std::vector<int64_t>& rows, Batch& out) const {
     requests[file].wanted.emplace_back(row - d.first_row[file], static_cast<int64_t>(b));
   }
 
-  // A failing read dies with the HDF5 stack in its message (CHECK_H5), not a second copy of it.
+  // HDF5 prints nothing: a damaged file is one UserError line naming file and dataset.
   const h5::QuietErrors quiet;
   std::vector<int32_t> inputs, targets, segments, positions;
   std::vector<float> weights;
@@ -166,15 +169,18 @@ void Dataset::read_rows(const std::vector<int64_t>& rows, Batch& out) const {
     weights.resize(m);
     segments.resize(f.segment_ids.valid() ? m : 0);
     positions.resize(f.positions.valid() ? m : 0);
-    const auto read = [&](const h5::Handle& dataset, hid_t type, size_t elem_size, void* buf) {
-      read_sorted_rows(dataset.get(), type, elem_size, req.rows, T, buf);
+    const auto read = [&](const h5::Handle& dataset, const char* name, hid_t type,
+                          size_t elem_size, void* buf) {
+      if (!read_sorted_rows(dataset.get(), type, elem_size, req.rows, T, buf))
+        throw UserError(f.path + ": " + name + " cannot be read (damaged or truncated file?)");
     };
-    read(f.inputs, H5T_NATIVE_INT32, sizeof(int32_t), inputs.data());
-    read(f.targets, H5T_NATIVE_INT32, sizeof(int32_t), targets.data());
-    read(f.loss_weights, H5T_NATIVE_FLOAT, sizeof(float), weights.data());
+    read(f.inputs, "/inputs", H5T_NATIVE_INT32, sizeof(int32_t), inputs.data());
+    read(f.targets, "/targets", H5T_NATIVE_INT32, sizeof(int32_t), targets.data());
+    read(f.loss_weights, "/loss_weights", H5T_NATIVE_FLOAT, sizeof(float), weights.data());
     if (f.segment_ids.valid())
-      read(f.segment_ids, H5T_NATIVE_INT32, sizeof(int32_t), segments.data());
-    if (f.positions.valid()) read(f.positions, H5T_NATIVE_INT32, sizeof(int32_t), positions.data());
+      read(f.segment_ids, "/segment_ids", H5T_NATIVE_INT32, sizeof(int32_t), segments.data());
+    if (f.positions.valid())
+      read(f.positions, "/positions", H5T_NATIVE_INT32, sizeof(int32_t), positions.data());
     check_values(f, req.rows, T, d.max_positions, inputs, targets, weights, segments, positions);
 
     size_t src_row = 0;

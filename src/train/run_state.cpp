@@ -90,12 +90,14 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
   std::vector<float> params, m, v;
   int64_t resumed = 0;
   on_rank0(comm, [&] {
-    const auto newest = cfg.resume ? checkpoint::newest(paths.checkpoint_dir) : std::nullopt;
-    if (newest) {
-      checkpoint::load(*newest, model.layout(), params, m, v, state);
-      convert_cursor(state, *newest, global_batch, steps_per_epoch);
+    // The newest checkpoint that loads; newer damaged ones are moved aside with a warning.
+    const auto loaded = cfg.resume ? checkpoint::load_newest(paths.checkpoint_dir, model.layout(),
+                                                             params, m, v, state)
+                                   : std::nullopt;
+    if (loaded) {
+      convert_cursor(state, *loaded, global_batch, steps_per_epoch);
       resumed = 1;
-      log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", newest->c_str(),
+      log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", loaded->c_str(),
                 (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
     } else if (!cfg.load_parameters_path.empty()) {
       checkpoint::load_params(cfg.load_parameters_path, model.layout(), params);

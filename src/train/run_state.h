@@ -25,8 +25,10 @@ void or_abort_job(comm::Communicator& comm, const std::function<void()>& fn);
 // checkpoints to be confused with this run's); every rank sees the verdict.
 void check_output_directory(const config::Config& cfg, const RunPaths& paths, comm::Communicator& comm);
 
-// The starting state, identical on every rank. The data cursor is converted to this run's global
-// batch G when the checkpoint counted in another one (a UserError if it falls inside a step).
+// The starting state, identical on every rank. Rank 0 resumes from the newest checkpoint that
+// loads (checkpoint::load_newest: damaged newer ones are moved aside with a warning; none loading
+// is a UserError). The data cursor is converted to this run's global batch G when the checkpoint
+// counted in another one (a UserError if it falls inside a step).
 checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Gpt2& model,
                                optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
                                int64_t steps_per_epoch);
