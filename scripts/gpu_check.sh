@@ -5,8 +5,8 @@
 #   run(command="bash scripts/gpu_check.sh build-test", carry=[".debs"], timeout_s=540)
 #   run(command="bash scripts/gpu_check.sh e2e-bench",  carry=[".debs"], timeout_s=420)
 # build-test: unpack the packages, configure with CUDA (build-cuda/), build, ctest -L gpu.
-# e2e-bench: the same steps first (no-ops on the warm machine: build-cuda/ and .debs/root/ are
-# git-ignored, so they stay between calls; a fresh machine rebuilds them, nothing else to carry),
+# e2e-bench: the same steps first (no-ops on the warm machine: build-cuda/ and build-pkgroot/ are
+# git-ignored, so they stay between calls; a fresh machine rebuilds them; carry only .debs),
 # then tiny-model runs (GPU vs CPU loss, two GPU runs bitwise, GA 1 vs 4, bf16), two ranks on the
 # one GPU (auto: CPU, gpu: exit 2) and bench_gpu_step (GPT-2 124M step time, markdown report).
 # Every step runs under `timeout`, inside SFTDP_GPU_CHECK_LIMIT s (default: timeout_s above - 30);
@@ -19,7 +19,7 @@ set -uo pipefail
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 ROOT="$(dirname "$(dirname "$SELF")")"
 export ROOT BUILD="${SFTDP_GPU_BUILD_DIR:-$ROOT/build-cuda}"
-export PKG="${SFTDP_DEBS:-$ROOT/.debs}/root"
+export PKG="${SFTDP_PKG_ROOT:-$ROOT/build-pkgroot}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" OPENBLAS_NUM_THREADS=1 PATH="/usr/local/cuda/bin:$PATH"
 
 x() {  # every command of a step goes through here; a dry run prints it (and fails or hangs on demand)

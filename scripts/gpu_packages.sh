@@ -2,17 +2,18 @@
 # scripts/gpu_packages.sh — the libraries sft-dp builds against, carried to a machine that has CUDA
 # but no MPI, HDF5, OpenBLAS, yaml-cpp or GoogleTest and no package registry (the device tool's).
 #   fetch    here (Debian 12, apt works): apt-get download them into .debs/ (~32 MB, git-ignored)
-#   install  there: dpkg -x them into .debs/root (never into /; no maintainer scripts run), point
+#   install  there: dpkg -x them into build-pkgroot/ (never into /; no maintainer scripts run; git-
+#            ignored like every build-*/, so it stays on a warm machine and is never carried), point
 #            absolute links into that root, find NCCL (and cuBLAS), and write
-#            .debs/root/env.sh (source it: Open MPI/PMIx relocation, SFTDP_PKG_LIBDIRS, SFTDP_MPIEXEC)
-#            .debs/root/cmake.args (one CMake argument per line). Idempotent: unpacks once.
+#            build-pkgroot/env.sh (source it: Open MPI/PMIx relocation, SFTDP_PKG_LIBDIRS, SFTDP_MPIEXEC)
+#            build-pkgroot/cmake.args (one CMake argument per line). Unpacks again only if .debs changed.
 # NCCL: the CUDA toolkit's or the system's nccl.h first (/usr/local/cuda, /usr/include), else the
 # nvidia-nccl wheel of python3 (PyTorch's). LD_LIBRARY_PATH is for our binaries only (gpu_check.sh's
 # with_libs): the compilers keep the image's own libraries.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEBS="${SFTDP_DEBS:-$ROOT/.debs}"
-R="$DEBS/root"
+R="${SFTDP_PKG_ROOT:-$ROOT/build-pkgroot}"
 ARCH=x86_64-linux-gnu
 
 # The -dev packages, plus the runtime closure of the libraries pruned (during the walk, so their
@@ -74,12 +75,13 @@ repair_links() {
 unpack() {
   find "$DEBS" -maxdepth 1 -name '*.deb' | grep -q . ||
     { log "error: no $DEBS/*.deb: run 'bash scripts/gpu_packages.sh fetch' here first, carry .debs"; exit 2; }
-  [[ -f $R/.unpacked ]] && { log "already unpacked in $R"; return 0; }
+  local list; list="$(cd "$DEBS" && ls -l -- *.deb)"
+  [[ -f $R/.unpacked && "$(<"$R/.unpacked")" == "$list" ]] && { log "already unpacked in $R"; return 0; }
   rm -rf "$R" && mkdir -p "$R"
   local deb
   for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$R" || { log "error: dpkg -x failed: $deb"; exit 1; }; done
   repair_links
-  touch "$R/.unpacked"
+  echo "$list" >"$R/.unpacked"
   log "unpacked $(find "$DEBS" -maxdepth 1 -name '*.deb' | wc -l) packages into $R"
 }
 

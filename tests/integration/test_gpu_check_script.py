@@ -24,7 +24,7 @@ def dry_run(tmp_path, mode, limit=60, fail="", hang=""):
     """Runs the script; returns (process, seconds, {step: verdict}, {file name in the archive: text})."""
     env = dict(os.environ, SFTDP_GPU_CHECK_DRY="1", SFTDP_GPU_CHECK_DRY_FAIL=fail,
                SFTDP_GPU_CHECK_DRY_HANG=hang, SFTDP_GPU_CHECK_LIMIT=str(limit),
-               SFTDP_GPU_CHECK_RESULTS=str(tmp_path / "results"), SFTDP_DEBS=str(tmp_path / "debs"),
+               SFTDP_GPU_CHECK_RESULTS=str(tmp_path / "results"), SFTDP_PKG_ROOT=str(tmp_path / "pkgroot"),
                SFTDP_GPU_BUILD_DIR=str(tmp_path / "build"), OUT=str(tmp_path / "out"))
     t0 = time.monotonic()
     p = subprocess.run(["bash", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=limit + 60)
