@@ -3,14 +3,11 @@
 // each all call it device 0) and shares them over MPI.
 #include "train/gpu_plan.h"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
 
-#include "sftdp/check_mpi.h"
 #ifdef SFTDP_WITH_CUDA
 #include "kernels/ops.h"
 #include "sftdp/check_cuda.h"
@@ -99,22 +96,12 @@ GpuPlan plan_gpus(const std::vector<RankGpuFacts>& ranks) {
 }
 
 std::vector<RankGpuFacts> gather_gpu_facts(const comm::MpiSession& mpi) {
-  const std::string mine = encode({mpi.host(), mpi.local_rank(), local_devices()});
-  const int world = mpi.world();
-  std::vector<int> sizes(world), offsets(world);
-  int size = static_cast<int>(mine.size());
-  CHECK_MPI(MPI_Allgather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD));
-  int total = 0;
-  for (int r = 0; r < world; ++r) {
-    offsets[r] = total;
-    total += sizes[r];
-  }
-  std::string all(static_cast<size_t>(total), '\0');
-  CHECK_MPI(MPI_Allgatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR,
-                           MPI_COMM_WORLD));
+  // Under the collective deadline, like every collective (comm::allgather_strings).
+  const auto all = comm::allgather_strings(encode({mpi.host(), mpi.local_rank(), local_devices()}),
+                                           "the GPU check");
   std::vector<RankGpuFacts> facts;
-  facts.reserve(world);
-  for (int r = 0; r < world; ++r) facts.push_back(decode(all.substr(offsets[r], sizes[r])));
+  facts.reserve(all.size());
+  for (const auto& text : all) facts.push_back(decode(text));
   return facts;
 }
 
