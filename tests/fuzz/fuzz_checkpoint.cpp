@@ -127,6 +127,7 @@ void check_loaded(const std::vector<float>& params, const std::vector<float>& m,
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 8192) return -1;
+  sftdp::fuzz::internal_errors_abort();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   ByteReader in(data, size);
   const std::string path = sftdp::fuzz::scratch_path("ckpt");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz/fuzz_util.h"
 #include "sftdp/check.h"
 #include "sftdp/config.h"
 
@@ -38,6 +39,7 @@ void split(const std::string& input, std::string& yaml, std::vector<std::string>
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace sftdp;
   if (size > 8192) return -1;  // larger inputs add nothing but time; not kept in the corpus
+  sftdp::fuzz::internal_errors_abort();
   std::string yaml;
   std::vector<std::string> overrides;
   split(std::string(reinterpret_cast<const char*>(data), size), yaml, overrides);

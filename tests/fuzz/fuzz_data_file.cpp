@@ -105,6 +105,7 @@ void check_batch(const sftdp::data::Batch& b, size_t want_rows, int T, int vocab
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 8192) return -1;
+  sftdp::fuzz::internal_errors_abort();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   ByteReader in(data, size);
   const int T = static_cast<int>(in.range(1, 6));

@@ -1,7 +1,7 @@
-// tests/fuzz/fuzz_util.h — shared by the fuzz targets: a reader that turns fuzz bytes into
-// choices (past the end it answers zeros, so every input is a complete, deterministic recipe),
-// small HDF5 writing helpers for the structured file generators, a per-process scratch path on
-// tmpfs, and the no-leaked-HDF5-ids check every HDF5 target runs after each input.
+// tests/fuzz/fuzz_util.h — shared by the fuzz targets: internal errors turned into aborts, a
+// reader that turns fuzz bytes into choices (past the end it answers zeros, so every input is a
+// complete, deterministic recipe), small HDF5 writing helpers for the structured file generators,
+// a per-process scratch path on tmpfs, and the no-leaked-HDF5-ids check run after each input.
 #pragma once
 #include <hdf5.h>
 #include <unistd.h>
@@ -16,7 +16,16 @@
 #include <string>
 #include <vector>
 
+#include "sftdp/check.h"
+
 namespace sftdp::fuzz {
+
+// die_internal (exit 1) on user input is a finding too: it aborts instead, so libFuzzer saves the
+// input as it does for a crash. Call first in every target.
+inline void internal_errors_abort() {
+  static const bool installed = (set_job_abort([](int) { std::abort(); }, -1), true);
+  (void)installed;
+}
 
 // Generators order their choices so that a zero byte picks the valid one: the empty input
 // makes a valid file, and each further byte makes one thing hostile.
@@ -171,7 +180,9 @@ inline std::string scratch_path(const char* tag) {
 
 // Every HDF5 id our reader opened must be closed again, on success and on UserError alike.
 inline void require_no_open_h5_objects(const char* target) {
-  const ssize_t open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
+  // Files, groups, datasets and attributes (datatype ids include HDF5's own predefined ones).
+  const ssize_t open = H5Fget_obj_count(
+      H5F_OBJ_ALL, H5F_OBJ_FILE | H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_ATTR);
   if (open != 0) {
     std::fprintf(stderr, "%s: %zd HDF5 objects left open after the reader returned\n", target,
                  open);
