@@ -1,8 +1,10 @@
 // bench/bench_gpu_step.cpp — one optimizer step of GPT-2 124M (L12 NH12 C768 F3072 V50257) on one GPU
 // at B=8, T=1024, with bf16 GEMM inputs and in fp32: checked first (initial loss ≈ ln V), then the
-// median step time, tokens/s, achieved TFLOP/s and MFU against cuBLAS's bf16 GEMM rate measured in
-// the same run. Prints markdown; with $SFTDP_BENCH_OUT=<dir> also writes <dir>/gpu_step_<UTC>.md.
-// Env: SFTDP_BENCH_B, SFTDP_BENCH_T, SFTDP_BENCH_STEPS. Without CUDA or a device: says so, exits 0.
+// median step time, tokens/s, achieved TFLOP/s, MFU against the GPU's rated dense bf16 peak and the
+// fraction of cuBLAS's bf16 GEMM rate measured in the same run. Prints markdown; with
+// $SFTDP_BENCH_OUT=<dir> also writes <dir>/gpu_step_<UTC>.md. Env: SFTDP_BENCH_B, SFTDP_BENCH_T,
+// SFTDP_BENCH_STEPS, SFTDP_PEAK_TFLOPS (rated dense bf16 peak of a GPU other than an H200).
+// Without CUDA or a device: says so, exits 0.
 #include <cstdio>
 
 #ifndef SFTDP_WITH_CUDA
@@ -34,6 +36,18 @@ using namespace sftdp;
 namespace {
 
 constexpr config::ModelDims kGpt2_124M = {12, 12, 768, 3072, 50257, 1024};  // the gpt2-124m preset
+
+// Rated dense (no 2:4 sparsity) bf16 tensor-core peak of the H200 SXM: NVIDIA's H200 datasheet lists
+// 1,979 TFLOP/s for BF16 "with sparsity", i.e. 989 TFLOP/s dense (the same as the H100 SXM). The
+// MFU denominator for GPUs whose name contains "H200" (GH200 included); SFTDP_PEAK_TFLOPS overrides
+// it, and other GPUs need it (else the MFU column says n/a).
+constexpr double kH200DenseBf16Tflops = 989.0;
+
+// The rated peak for this device, or 0 when unknown.
+double rated_peak_tflops(const cudaDeviceProp& prop) {
+  if (const char* v = std::getenv("SFTDP_PEAK_TFLOPS"); v && *v) return std::atof(v);
+  return std::strstr(prop.name, "H200") ? kH200DenseBf16Tflops : 0.0;
+}
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -103,12 +117,12 @@ struct StepResult {
   double ms = 0, initial_loss = 0, final_loss = 0;
 };
 
-// zero_grads + forward_backward + AdamW::apply + synchronize, on the same batch every step, in the
-// current GEMM mode (cuda_set_bf16_gemm).
-StepResult time_steps(const std::string& mode, const std::vector<float>& params, const data::Batch& batch,
-                      int steps) {
+// zero_grads + forward_backward + AdamW::apply + synchronize, on the same batch every step, on the
+// CUDA table for the given GEMM inputs.
+StepResult time_steps(const std::string& mode, GemmInputs inputs, const std::vector<float>& params,
+                      const data::Batch& batch, int steps) {
   const config::ModelDims& d = kGpt2_124M;
-  const Ops& ops = *cuda_ops();
+  const Ops& ops = *cuda_ops(inputs);
   model::Gpt2 m(d, ops, batch.B, batch.T);
   m.set_params_from_host(params);
   optim::AdamW opt(m);
@@ -144,7 +158,7 @@ std::string utc_stamp(const char* format) {
 }  // namespace
 
 int main() {
-  if (cuda_ops() == nullptr) {
+  if (cuda_ops(GemmInputs::kFp32) == nullptr) {
     std::printf("no CUDA device\n");
     return 0;
   }
@@ -184,21 +198,22 @@ int main() {
   const auto batch = bench::random_batch(B, T, d.V);
   const double flops = bench::train_flops(d, B, T);
   std::ostringstream step_table;
-  step_table << "| GEMM inputs | ms/step | tokens/s | TFLOP/s | MFU | initial loss | loss after " << steps + 2
-             << " steps |\n|---|--:|--:|--:|--:|--:|--:|\n";
+  const double rated_peak = rated_peak_tflops(prop);
+  step_table << "| GEMM inputs | ms/step | tokens/s | TFLOP/s | MFU | of cuBLAS bf16 | initial loss | loss after "
+             << steps + 2 << " steps |\n|---|--:|--:|--:|--:|--:|--:|--:|\n";
   bool ok = true;
   double bf16_initial = 0;
   for (bool bf16 : {true, false}) {
     const std::string mode = bf16 ? "bf16" : "fp32";
-    cuda_set_bf16_gemm(bf16);
-    const StepResult r = time_steps(mode, params, batch, steps);
-    cuda_set_bf16_gemm(false);
+    const StepResult r = time_steps(mode, bf16 ? GemmInputs::kBf16 : GemmInputs::kFp32, params, batch, steps);
     ok &= r.ok;
     if (bf16) bf16_initial = r.initial_loss;
     if (!r.ok) continue;
     const double tflops = flops / (r.ms * 1e-3) / 1e12;
     step_table << "| " << mode << " | " << bench::fmt(r.ms, 1) << " | " << bench::fmt(tokens / (r.ms * 1e-3), 0)
-               << " | " << bench::fmt(tflops, 1) << " | " << bench::fmt(100.0 * tflops / peak, 1) << "% | "
+               << " | " << bench::fmt(tflops, 1) << " | "
+               << (rated_peak > 0 ? bench::fmt(100.0 * tflops / rated_peak, 1) + "%" : std::string("n/a")) << " | "
+               << bench::fmt(100.0 * tflops / peak, 1) << "% | "
                << bench::fmt(r.initial_loss, 4) << " | " << bench::fmt(r.final_loss, 4) << " |\n";
     if (!bf16) {  // same weights and data: bf16 GEMM inputs move the loss by well under 1%
       ok &= bench::check("bf16 vs fp32 initial loss, relative", std::fabs(bf16_initial / r.initial_loss - 1), 1e-2);
@@ -214,8 +229,12 @@ int main() {
          << step_table.str() << "\n"
          << "TFLOP/s = (6·W + 12·L·C·T)·B·T per step (" << bench::fmt(flops / 1e12, 2) << " TFLOP): 6 flops per "
          << "GEMM weight W and token (forward 2, backward 4) plus the attention products over the full T×T (llm.c / "
-         << "PaLM convention; bench::train_flops, the count every bench uses). MFU = that rate / the best cuBLAS bf16 GEMM rate below (" << bench::fmt(peak, 1)
-         << " TFLOP/s), measured in this run; the fp32 row is set against the same bf16 rate.\n\n"
+         << "PaLM convention; bench::train_flops, the count every bench uses). MFU = that rate / the rated dense "
+         << "bf16 peak ("
+         << (rated_peak > 0 ? bench::fmt(rated_peak, 0) + " TFLOP/s" : std::string("unknown for this GPU: set SFTDP_PEAK_TFLOPS"))
+         << "; H200: " << bench::fmt(kH200DenseBf16Tflops, 0) << ", datasheet 1979 with 2:4 sparsity, halved). "
+         << "Of cuBLAS bf16 = that rate / the best cuBLAS bf16 GEMM rate below (" << bench::fmt(peak, 1)
+         << " TFLOP/s), measured in this run. Both rows, fp32 included, are set against the bf16 rates.\n\n"
          << gemm_table.str();
   std::printf("\n%s", report.str().c_str());
 

@@ -1,17 +1,27 @@
 // kernels/ops.h — the one table through which model and optimiser code reach a device
 // (ggml's backend vtable, in miniature). Filled once per device in kernels/cpu/ops.cpp and
-// kernels/cuda/ops.cu and picked once from `hardware:`. Every pointer argument lives in that
-// device's memory ("device memory" is host memory for the CPU table). Entries have the
-// signatures of the sftdp::cpu:: twins; the CUDA table runs them on its current stream.
-// All entries are required unless marked (optional).
+// kernels/cuda/ops.cu and picked once from `hardware:` (and, on the GPU, the GEMM input type).
+// Every pointer argument lives in that device's memory ("device memory" is host memory for the
+// CPU table). Kernel entries have exactly the types of the sftdp::cpu:: twins (one signature per
+// kernel); the CUDA tables run the sftdp::cuda:: twins, which take the same arguments plus a
+// stream, on the table's one stream. All entries are required.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+
 namespace sftdp {
 
 struct Ops {
-  const char* name;  // "cpu" | "cuda"
+  const char* name;  // "cpu" | "cuda" | "cuda-bf16"
   // --- memory ---
   void* (*alloc)(size_t bytes);  // zero-filled; throws / dies on failure
   void (*free)(void* p);
@@ -20,34 +30,39 @@ struct Ops {
   void (*to_host)(void* dst, const void* src, size_t bytes);    // device -> host
   void (*copy)(void* dst, const void* src, size_t bytes);       // device -> device
   void (*synchronize)();                                        // wait for queued work
+  // The queue the kernel and memory entries run on, for code that must order its own work after
+  // theirs (the NCCL communicator): the cudaStream_t of the CUDA tables (created on first use, on
+  // the current device), nullptr for the CPU table (every CPU entry has finished when it returns).
+  void* (*stream)();
   // --- kernels (see kernels/<op>.h for shapes and the accumulation contract) ---
-  void (*encoder_fwd)(float*, const int32_t*, const int32_t*, const float*, const float*, int, int, int);
-  void (*encoder_bwd)(float*, float*, const float*, const int32_t*, const int32_t*, int, int, int);
-  void (*layernorm_fwd)(float*, float*, float*, const float*, const float*, const float*, int, int);
-  void (*layernorm_bwd)(float*, float*, float*, const float*, const float*, const float*,
-                        const float*, const float*, int, int);
-  void (*matmul_fwd)(float*, const float*, const float*, const float*, int, int, int);
-  void (*matmul_bwd)(float*, float*, float*, const float*, const float*, const float*, int, int, int);
-  void (*attention_fwd)(float*, float*, const float*, const int32_t*, int, int, int, int);
-  void (*attention_bwd)(float*, float*, const float*, const float*, const float*, int, int, int, int);
-  void (*gelu_fwd)(float*, const float*, size_t);
-  void (*gelu_bwd)(float*, const float*, const float*, size_t);
-  void (*residual_fwd)(float*, const float*, const float*, size_t);
-  void (*cross_entropy_fwd_bwd)(float*, float*, const float*, const int32_t*, const float*, int, int);
-  void (*adamw_update)(float*, float*, float*, const float*, size_t, size_t, float, float, float,
-                       float, float, int, float);
-  void (*sum_squares)(float*, const float*, size_t);
+  decltype(&cpu::encoder_fwd) encoder_fwd;
+  decltype(&cpu::encoder_bwd) encoder_bwd;
+  decltype(&cpu::layernorm_fwd) layernorm_fwd;
+  decltype(&cpu::layernorm_bwd) layernorm_bwd;
+  decltype(&cpu::matmul_fwd) matmul_fwd;
+  decltype(&cpu::matmul_bwd) matmul_bwd;
+  decltype(&cpu::attention_fwd) attention_fwd;
+  decltype(&cpu::attention_bwd) attention_bwd;
+  decltype(&cpu::gelu_fwd) gelu_fwd;
+  decltype(&cpu::gelu_bwd) gelu_bwd;
+  decltype(&cpu::residual_fwd) residual_fwd;
+  decltype(&cpu::cross_entropy_fwd_bwd) cross_entropy_fwd_bwd;
+  decltype(&cpu::adamw_update) adamw_update;
+  decltype(&cpu::sum_squares) sum_squares;
 };
 
+// What the Linear layers' GEMMs (matmul_fwd / matmul_bwd) read on the GPU: the fp32 inputs, or
+// copies rounded to bf16. Accumulation, outputs, bias and every other kernel stay fp32 either way.
+enum class GemmInputs { kFp32, kBf16 };
+
 const Ops& cpu_ops();
-// The CUDA table, or nullptr when built without CUDA or when no CUDA device is usable.
-const Ops* cuda_ops();
+// The CUDA table whose Linear GEMMs read `inputs`, or nullptr when built without CUDA or when no
+// CUDA device is usable. Both CUDA tables share one stream and one set of scratch buffers.
+const Ops* cuda_ops(GemmInputs inputs);
 // True when built with CUDA and cudaGetDeviceCount reports a device ("driver insufficient" = no).
 bool cuda_device_available();
 // GPU builds only: picks this rank's device. With CUDA_VISIBLE_DEVICES narrowed to one device
 // (srun --gpus-per-task) that device; else device local_rank % device_count. Returns its index.
 int cuda_select_device(int local_rank);
-// GPU builds only: GEMM inputs in bf16 (fp32 accumulation and outputs) when true; fp32 otherwise.
-void cuda_set_bf16_gemm(bool on);
 
 }  // namespace sftdp

@@ -1,22 +1,13 @@
 // kernels/cpu/ops.cpp — the CPU device table: host memory and the sftdp::cpu kernel twins.
 // Memory from alloc is 64-byte aligned and zero-filled; copies are memcpy; synchronize is a
-// no-op because every CPU kernel has finished when it returns. Without CUDA this file also
-// defines cuda_ops() (nullptr) and cuda_device_available() (false); with CUDA, kernels/cuda/ops.cu
-// defines them.
+// no-op and there is no stream, because every CPU kernel has finished when it returns. The GPU
+// queries of ops.h live in kernels/cuda/ops.cu, or kernels/no_cuda.cpp in a build without CUDA.
 #include "kernels/ops.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
-#include "kernels/adamw.h"
-#include "kernels/attention.h"
-#include "kernels/cross_entropy.h"
-#include "kernels/encoder.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
-#include "kernels/matmul.h"
-#include "kernels/residual.h"
 #include "sftdp/check.h"
 
 namespace sftdp {
@@ -41,6 +32,7 @@ void host_copy(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 void host_synchronize() {}
+void* no_stream() { return nullptr; }
 
 }  // namespace
 
@@ -54,6 +46,7 @@ const Ops& cpu_ops() {
       .to_host = host_copy,
       .copy = host_copy,
       .synchronize = host_synchronize,
+      .stream = no_stream,
       .encoder_fwd = cpu::encoder_fwd,
       .encoder_bwd = cpu::encoder_bwd,
       .layernorm_fwd = cpu::layernorm_fwd,
@@ -71,10 +64,5 @@ const Ops& cpu_ops() {
   };
   return ops;
 }
-
-#ifndef SFTDP_WITH_CUDA
-const Ops* cuda_ops() { return nullptr; }
-bool cuda_device_available() { return false; }
-#endif
 
 }  // namespace sftdp

@@ -1,4 +1,4 @@
-// kernels/cuda/cast.cu — elementwise bf16 <-> fp32 casts (see cast.cuh), grid-stride loops.
+// kernels/cuda/cast.cu — bf16 <-> fp32 casts (see cast.cuh), grid-stride loops.
 #include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -7,10 +7,13 @@ namespace {
 
 constexpr int kBlock = 256;
 
-__global__ void fp32_to_bf16_kernel(__nv_bfloat16* out, const float* inp, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    out[i] = __float2bfloat16_rn(inp[i]);
+__global__ void fp32_to_bf16_kernel(__nv_bfloat16* out, size_t ld_out, const float* inp, size_t ld_in, size_t len,
+                                    size_t n) {
+  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t j = idx / len, i = idx % len;
+    out[j * ld_out + i] = __float2bfloat16_rn(inp[j * ld_in + i]);
+  }
 }
 
 __global__ void bf16_to_fp32_kernel(float* out, const __nv_bfloat16* inp, size_t n) {
@@ -21,9 +24,12 @@ __global__ void bf16_to_fp32_kernel(float* out, const __nv_bfloat16* inp, size_t
 
 }  // namespace
 
-void cast_fp32_to_bf16(__nv_bfloat16* out, const float* inp, size_t n, cudaStream_t stream) {
+void cast_fp32_to_bf16(__nv_bfloat16* out, size_t ld_out, const float* inp, size_t ld_in, size_t len,
+                       size_t count, cudaStream_t stream) {
+  const size_t n = len * count;
   if (n == 0) return;
-  fp32_to_bf16_kernel<<<elementwise_blocks(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
+  SFTDP_ASSERT(ld_in >= len && ld_out >= len, "cast_fp32_to_bf16: a leading dimension is smaller than a vector");
+  fp32_to_bf16_kernel<<<elementwise_blocks(n, kBlock), kBlock, 0, stream>>>(out, ld_out, inp, ld_in, len, n);
   CHECK_LAUNCH();
 }
 

@@ -2,7 +2,9 @@
 // column-major Cᵀ[N,M], so C = op(A)·op(B) is issued as Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands
 // swapped. The bias is fused as cuBLASLt's BIAS epilogue when the bias pointer is 16-byte aligned
 // and an algorithm supports it, else added by a small kernel afterwards (same rounding: D = fl(acc
-// + bias) either way). Algorithms are chosen by the heuristic once per key and cached.
+// + bias) either way). Algorithms are chosen by the heuristic once per key (shape, leading
+// dimensions, every pointer's alignment, the bias's included) and cached. The GEMM input type is
+// the caller's argument: this file holds no mode.
 #include <cuda_bf16.h>
 
 #include <array>
@@ -11,12 +13,10 @@
 
 #include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/gemm.cuh"
-#include "kernels/ops.h"
 
 namespace sftdp::cuda {
 namespace {
 
-bool g_bf16_gemm = false;
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
 
 cublasLtHandle_t lt_handle() {
@@ -115,7 +115,7 @@ struct LtDescs {
   }
 };
 
-using AlgoKey = std::array<int64_t, 18>;
+using AlgoKey = std::array<int64_t, 19>;
 struct CachedAlgo {
   bool found = false;
   cublasLtMatmulAlgo_t algo{};
@@ -131,11 +131,15 @@ Alignments alignments_of(const LtCall& call) {
           batch_alignment(call.c, call.stride_c, sizeof(float), call.batch)};
 }
 
-AlgoKey key_of(const LtCall& call, bool epilogue) {
+// epilogue_bias: the fused bias pointer, or null. Its alignment is part of the key: the heuristic
+// sees the pointer in the descriptor, so an algorithm chosen for a 256-byte-aligned bias is not
+// reused for one that is only 16-byte aligned.
+AlgoKey key_of(const LtCall& call, const float* epilogue_bias) {
   const Alignments al = alignments_of(call);
+  const int64_t bias_alignment = epilogue_bias ? alignment_of(epilogue_bias) : 0;
   return {call.trans_a, call.trans_b, call.m, call.n, call.k, call.lda, call.ldb, call.ldc,
           call.stride_a, call.stride_b, call.stride_c, call.batch, static_cast<int64_t>(call.ab_type),
-          epilogue, al.a, al.b, al.c, static_cast<int64_t>(kWorkspaceBytes)};
+          epilogue_bias != nullptr, bias_alignment, al.a, al.b, al.c, static_cast<int64_t>(kWorkspaceBytes)};
 }
 
 // The heuristic's first choice for this call, cached (the heuristic is deterministic, so the cache
@@ -144,9 +148,9 @@ AlgoKey key_of(const LtCall& call, bool epilogue) {
 // algorithm (its split-K reduction schemes are ordered: INPLACE serialises with counters, the others
 // reduce in a separate pass). The CUDA model test "three steps bitwise twice" checks it; should it
 // fail, set CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK to CUBLASLT_REDUCTION_SCHEME_NONE here.
-const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs, bool epilogue) {
+const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs, const float* epilogue_bias) {
   static std::map<AlgoKey, CachedAlgo> cache;
-  const AlgoKey key = key_of(call, epilogue);
+  const AlgoKey key = key_of(call, epilogue_bias);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   cublasLtMatmulPreference_t pref = nullptr;
   CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -185,22 +189,25 @@ __global__ void add_bias_kernel(float* C, const float* bias, int M, int N, int l
   }
 }
 
-// bf16 copy of a stored column-major matrix (rows x cols, leading dimension ld) into `slot`.
-// GPU-CHECK: the copy keeps the fp32 leading dimension, so bf16 columns start only 2-byte aligned
-// when ld is odd (the tests' IC=257; the LM head's dlogits with ld = V = 50257 in matmul_bwd).
-// Verify the heuristic still returns an algorithm for those shapes (else the assert below fires)
-// and time the LM-head GEMMs in bench_gpu_step: if they fall to a slow non-tensor-core kernel,
-// write the copy with ld rounded up to a multiple of 8 (16 bytes) and pass that ld to the layout.
+// Leading dimension of a bf16 copy: ld rounded up to a multiple of 8 elements, so that every column
+// of the copy starts 16-byte aligned (scratch buffers are 256-byte aligned). With the fp32 ld kept,
+// an odd ld (IC = 257; the LM head's dlogits with ld = V = 50257 in matmul_bwd) would leave bf16
+// columns 2-byte aligned, where cuBLASLt has no tensor-core kernel (or no kernel at all).
+constexpr int kBf16LdMultiple = 8;
+int padded_ld(int ld) { return (ld + kBf16LdMultiple - 1) / kBf16LdMultiple * kBf16LdMultiple; }
+
+// bf16 copy of a stored column-major matrix (rows x cols, leading dimension ld) into `slot`, with
+// leading dimension padded_ld(ld); the padding between columns is never read.
 const __nv_bfloat16* to_bf16(Scratch slot, const void* src, int rows, int cols, int ld, cudaStream_t stream) {
-  const size_t extent = static_cast<size_t>(ld) * (cols - 1) + rows;
+  const int ld16 = padded_ld(ld);
+  const size_t extent = static_cast<size_t>(ld16) * (cols - 1) + rows;
   auto* dst = scratch_as<__nv_bfloat16>(slot, extent);
-  cast_fp32_to_bf16(dst, static_cast<const float*>(src), extent, stream);
+  cast_fp32_to_bf16(dst, static_cast<size_t>(ld16), static_cast<const float*>(src), static_cast<size_t>(ld),
+                    static_cast<size_t>(rows), static_cast<size_t>(cols), stream);
   return dst;
 }
 
 }  // namespace
-
-bool bf16_gemm_enabled() { return g_bf16_gemm; }
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc, const float* bias, bool bf16_inputs, const GemmBatch& batch,
@@ -240,14 +247,16 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
     call.ab_type = CUDA_R_16BF;
     call.a = to_bf16(Scratch::kGemmA16, call.a, call.trans_a ? call.k : call.m, call.trans_a ? call.m : call.k,
                      call.lda, stream);
+    call.lda = padded_ld(call.lda);
     call.b = to_bf16(Scratch::kGemmB16, call.b, call.trans_b ? call.n : call.k, call.trans_b ? call.k : call.n,
                      call.ldb, stream);
+    call.ldb = padded_ld(call.ldb);
   }
 
   void* workspace = scratch(Scratch::kGemmWorkspace, kWorkspaceBytes);
   if (bias && alignment_of(bias) >= 16) {
     LtDescs descs(call, bias);
-    const CachedAlgo& fused = algo_for(call, descs, /*epilogue=*/true);
+    const CachedAlgo& fused = algo_for(call, descs, bias);
     if (fused.found) {
       CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b,
                                   &call.beta, call.c, descs.c, call.c, descs.c, &fused.algo, workspace,
@@ -257,14 +266,14 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
     // No algorithm fuses this bias: plain GEMM, then the bias kernel below.
   }
   LtDescs descs(call, nullptr);
-  const CachedAlgo* algo = &algo_for(call, descs, /*epilogue=*/false);
+  const CachedAlgo* algo = &algo_for(call, descs, nullptr);
   SFTDP_ASSERT(algo->found, shape() + ": cuBLASLt has no algorithm for this shape/alignment");
   CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b, &call.beta,
                               call.c, descs.c, call.c, descs.c, &algo->algo, workspace, kWorkspaceBytes, stream));
   if (bias) {
-    // GPU-CHECK: the kernel tests allocate bias with cudaMalloc (256-byte aligned), so they take the
-    // fused-epilogue path; this fallback runs for biases at < 16-byte-aligned offsets of the flat
-    // parameter buffer. Verify the model test (CUDA vs CPU grads) passes with both paths in use.
+    // Biases at < 16-byte-aligned offsets of the flat parameter buffer (or shapes with no fused
+    // algorithm) come here; tests/kernels/test_cuda_gemm_vs_cpu.cpp reaches it with a bias one
+    // float past a cudaMalloc'd (256-byte-aligned) address and checks it against the CPU twin.
     constexpr int kBlock = 256;
     add_bias_kernel<<<elementwise_blocks(static_cast<size_t>(M) * N, kBlock), kBlock, 0, stream>>>(C, bias, M, N,
                                                                                                    ldc);
@@ -273,5 +282,3 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 }
 
 }  // namespace sftdp::cuda
-
-void sftdp::cuda_set_bf16_gemm(bool on) { sftdp::cuda::g_bf16_gemm = on; }

@@ -20,12 +20,10 @@ struct GemmBatch {
 // Row-major throughout: op(A) is [M,K] — A stored [M,K] with row stride lda, or [K,M] when
 // trans_a; op(B) is [K,N] — B stored [K,N] with row stride ldb, or [N,K] when trans_b; C stored
 // [M,N] with row stride ldc. beta = 0 never reads C (poisoned C is fine).
-// bf16_inputs: A and B rounded to bf16 first (batch.count must be 1).
+// bf16_inputs: A and B rounded to bf16 first (batch.count must be 1), into copies whose leading
+// dimension is rounded up to a multiple of 8 elements (16-byte rows, as tensor-core kernels need).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc,
           const float* bias, bool bf16_inputs, const GemmBatch& batch, cudaStream_t stream);
-
-// The switch behind cuda_set_bf16_gemm (kernels/ops.h): true = Linear layers use bf16 inputs.
-bool bf16_gemm_enabled();
 
 }  // namespace sftdp::cuda

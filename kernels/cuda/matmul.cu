@@ -1,7 +1,7 @@
 // kernels/cuda/matmul.cu — Linear layer on the GPU (kernels/matmul.h): out = inp·weightᵀ + bias,
 // PyTorch layout (weight [OC, IC]). N rows, IC in channels, OC out channels.
 // Accumulation: dinp = (overwritten); dweight += (GEMM with beta 1); dbias += (deterministic column
-// sums, reduce.cu). GEMMs in fp32, or with bf16 inputs when cuda_set_bf16_gemm(true).
+// sums, reduce.cu). GEMMs in fp32 (matmul_fwd/_bwd), or with bf16 inputs (matmul_fwd_bf16/_bwd_bf16).
 #include <string>
 
 #include "kernels/cuda/gemm.cuh"
@@ -17,28 +17,44 @@ void check_dims(const char* op, int N, int IC, int OC) {
                    " IC=" + std::to_string(IC) + " OC=" + std::to_string(OC) + ")");
 }
 
-}  // namespace
-
-void matmul_fwd(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
-                cudaStream_t stream) {
+void fwd(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC, bool bf16,
+         cudaStream_t stream) {
   check_dims("matmul_fwd", N, IC, OC);
   if (N == 0) return;
   // out[N,OC] = inp[N,IC] · weight[OC,IC]ᵀ (+ bias[OC] on every row).
-  gemm(/*trans_a=*/false, /*trans_b=*/true, N, OC, IC, 1.f, inp, IC, weight, IC, 0.f, out, OC, bias,
-       bf16_gemm_enabled(), GemmBatch{}, stream);
+  gemm(/*trans_a=*/false, /*trans_b=*/true, N, OC, IC, 1.f, inp, IC, weight, IC, 0.f, out, OC, bias, bf16,
+       GemmBatch{}, stream);
 }
 
-void matmul_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                const float* weight, int N, int IC, int OC, cudaStream_t stream) {
+void bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight, int N,
+         int IC, int OC, bool bf16, cudaStream_t stream) {
   check_dims("matmul_bwd", N, IC, OC);
   if (N == 0) return;
-  const bool bf16 = bf16_gemm_enabled();
   // dinp[N,IC] = dout[N,OC] · weight[OC,IC]   (=)
   gemm(false, false, N, IC, OC, 1.f, dout, OC, weight, IC, 0.f, dinp, IC, nullptr, bf16, GemmBatch{}, stream);
   // dweight[OC,IC] += dout[N,OC]ᵀ · inp[N,IC]
   gemm(true, false, OC, IC, N, 1.f, dout, OC, inp, IC, 1.f, dweight, IC, nullptr, bf16, GemmBatch{}, stream);
   // dbias[OC] += Σ_n dout[n, :]
   if (dbias) add_column_sums(dbias, dout, N, OC, stream);
+}
+
+}  // namespace
+
+void matmul_fwd(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
+                cudaStream_t stream) {
+  fwd(out, inp, weight, bias, N, IC, OC, /*bf16=*/false, stream);
+}
+void matmul_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                const float* weight, int N, int IC, int OC, cudaStream_t stream) {
+  bwd(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, /*bf16=*/false, stream);
+}
+void matmul_fwd_bf16(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
+                     cudaStream_t stream) {
+  fwd(out, inp, weight, bias, N, IC, OC, /*bf16=*/true, stream);
+}
+void matmul_bwd_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC, cudaStream_t stream) {
+  bwd(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, /*bf16=*/true, stream);
 }
 
 }  // namespace sftdp::cuda

@@ -1,18 +1,13 @@
-// kernels/cuda/ops.cu — the CUDA Ops table (kernels/ops.h): every entry queues its work on the one
-// stream of common.cuh (created on first use: call cuda_select_device before anything else), memory
-// entries through cudaMalloc / cudaMemsetAsync / cudaMemcpyAsync on that stream. Host<->device
-// copies return when the copy is complete; kernels and device-to-device copies return at once.
-// Also the device queries of ops.h. cuda_set_bf16_gemm lives with the GEMM (gemm.cu).
-#include "kernels/adamw.h"
-#include "kernels/attention.h"
-#include "kernels/cross_entropy.h"
+// kernels/cuda/ops.cu — the two CUDA Ops tables (kernels/ops.h; fp32 or bf16 Linear GEMM inputs):
+// every entry queues its work on the one stream of common.cuh (created on first use: call
+// cuda_select_device before anything else), memory entries through cudaMalloc / cudaMemsetAsync /
+// cudaMemcpyAsync on that stream. Host<->device copies return when the copy is complete; kernels
+// and device-to-device copies return at once. Kernel entries are the cuda:: twins behind one
+// generic adapter (OnStream) that appends the stream. Also the device queries of ops.h.
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
-#include "kernels/encoder.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
-#include "kernels/matmul.h"
 #include "kernels/ops.h"
-#include "kernels/residual.h"
 
 namespace sftdp {
 namespace {
@@ -52,56 +47,65 @@ void device_to_device(void* dst, const void* src, size_t bytes) {
 
 void synchronize() { CHECK_CUDA(cudaStreamSynchronize(stream())); }
 
-const Ops kCudaOps = {
-    .name = "cuda",
-    .alloc = device_alloc,
-    .free = device_free,
-    .zero = device_zero,
-    .to_device = host_to_device,
-    .to_host = device_to_host,
-    .copy = device_to_device,
-    .synchronize = synchronize,
-    .encoder_fwd = [](float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe, int B,
-                      int T, int C) { cuda::encoder_fwd(out, inp, pos, wte, wpe, B, T, C, stream()); },
-    .encoder_bwd = [](float* dwte, float* dwpe, const float* dout, const int32_t* inp, const int32_t* pos, int B,
-                      int T, int C) { cuda::encoder_bwd(dwte, dwpe, dout, inp, pos, B, T, C, stream()); },
-    .layernorm_fwd = [](float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int N, int C) {
-      cuda::layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, stream());
-    },
-    .layernorm_bwd = [](float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int N, int C) {
-      cuda::layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream());
-    },
-    .matmul_fwd = [](float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                     int OC) { cuda::matmul_fwd(out, inp, weight, bias, N, IC, OC, stream()); },
-    .matmul_bwd = [](float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC) {
-      cuda::matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, stream());
-    },
-    .attention_fwd = [](float* out, float* att, const float* qkv, const int32_t* seg, int B, int T, int C,
-                        int NH) { cuda::attention_fwd(out, att, qkv, seg, B, T, C, NH, stream()); },
-    .attention_bwd = [](float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int C, int NH) {
-      cuda::attention_bwd(dqkv, datt, dout, qkv, att, B, T, C, NH, stream());
-    },
-    .gelu_fwd = [](float* out, const float* inp, size_t N) { cuda::gelu_fwd(out, inp, N, stream()); },
-    .gelu_bwd = [](float* dinp, const float* inp, const float* dout, size_t N) {
-      cuda::gelu_bwd(dinp, inp, dout, N, stream());
-    },
-    .residual_fwd = [](float* out, const float* a, const float* b, size_t N) {
-      cuda::residual_fwd(out, a, b, N, stream());
-    },
-    .cross_entropy_fwd_bwd = [](float* sums, float* dlogits, const float* logits, const int32_t* targets,
-                                const float* weights, int N, int V) {
-      cuda::cross_entropy_fwd_bwd(sums, dlogits, logits, targets, weights, N, V, stream());
-    },
-    .adamw_update = [](float* params, float* m, float* v, const float* grads, size_t N, size_t n_decay, float lr,
-                       float b1, float b2, float eps, float weight_decay, int t, float grad_scale) {
-      cuda::adamw_update(params, m, v, grads, N, n_decay, lr, b1, b2, eps, weight_decay, t, grad_scale, stream());
-    },
-    .sum_squares = [](float* out, const float* x, size_t N) { cuda::sum_squares(out, x, N, stream()); },
+void* table_stream() { return stream(); }
+
+// One adapter for every kernel entry: the CUDA table's entry for op has the cpu:: twin's type R(Args...)
+// and calls the cuda:: twin with the same arguments plus the table's stream. The cuda:: twin must take
+// exactly (Args..., cudaStream_t): anything else fails to compile here, naming the op.
+template <class CpuFn>
+struct OnStream;
+template <class R, class... Args>
+struct OnStream<R (*)(Args...)> {
+  using CudaFn = R (*)(Args..., cudaStream_t);
+  template <CudaFn cuda_fn>
+  static R run(Args... args) {
+    return cuda_fn(args..., stream());
+  }
 };
+
+template <auto cpu_fn, auto cuda_fn>
+constexpr decltype(cpu_fn) on_stream() {
+  using Adapter = OnStream<decltype(cpu_fn)>;
+  static_assert(std::is_same_v<decltype(cuda_fn), typename Adapter::CudaFn>,
+                "a sftdp::cuda:: twin must take the sftdp::cpu:: twin's arguments plus a trailing cudaStream_t");
+  return &Adapter::template run<cuda_fn>;
+}
+
+// The two tables differ only in the Linear layers' GEMM inputs (GemmInputs in kernels/ops.h).
+template <GemmInputs inputs>
+constexpr Ops make_cuda_ops() {
+  constexpr bool bf16 = inputs == GemmInputs::kBf16;
+  return Ops{
+      .name = bf16 ? "cuda-bf16" : "cuda",
+      .alloc = device_alloc,
+      .free = device_free,
+      .zero = device_zero,
+      .to_device = host_to_device,
+      .to_host = device_to_host,
+      .copy = device_to_device,
+      .synchronize = synchronize,
+      .stream = table_stream,
+      .encoder_fwd = on_stream<&cpu::encoder_fwd, &cuda::encoder_fwd>(),
+      .encoder_bwd = on_stream<&cpu::encoder_bwd, &cuda::encoder_bwd>(),
+      .layernorm_fwd = on_stream<&cpu::layernorm_fwd, &cuda::layernorm_fwd>(),
+      .layernorm_bwd = on_stream<&cpu::layernorm_bwd, &cuda::layernorm_bwd>(),
+      .matmul_fwd = bf16 ? on_stream<&cpu::matmul_fwd, &cuda::matmul_fwd_bf16>()
+                         : on_stream<&cpu::matmul_fwd, &cuda::matmul_fwd>(),
+      .matmul_bwd = bf16 ? on_stream<&cpu::matmul_bwd, &cuda::matmul_bwd_bf16>()
+                         : on_stream<&cpu::matmul_bwd, &cuda::matmul_bwd>(),
+      .attention_fwd = on_stream<&cpu::attention_fwd, &cuda::attention_fwd>(),
+      .attention_bwd = on_stream<&cpu::attention_bwd, &cuda::attention_bwd>(),
+      .gelu_fwd = on_stream<&cpu::gelu_fwd, &cuda::gelu_fwd>(),
+      .gelu_bwd = on_stream<&cpu::gelu_bwd, &cuda::gelu_bwd>(),
+      .residual_fwd = on_stream<&cpu::residual_fwd, &cuda::residual_fwd>(),
+      .cross_entropy_fwd_bwd = on_stream<&cpu::cross_entropy_fwd_bwd, &cuda::cross_entropy_fwd_bwd>(),
+      .adamw_update = on_stream<&cpu::adamw_update, &cuda::adamw_update>(),
+      .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
+  };
+}
+
+constexpr Ops kCudaFp32 = make_cuda_ops<GemmInputs::kFp32>();
+constexpr Ops kCudaBf16 = make_cuda_ops<GemmInputs::kBf16>();
 
 }  // namespace
 
@@ -119,7 +123,10 @@ bool cuda_device_available() {
   return available;
 }
 
-const Ops* cuda_ops() { return cuda_device_available() ? &kCudaOps : nullptr; }
+const Ops* cuda_ops(GemmInputs inputs) {
+  if (!cuda_device_available()) return nullptr;
+  return inputs == GemmInputs::kBf16 ? &kCudaBf16 : &kCudaFp32;
+}
 
 int cuda_select_device(int local_rank) {
   SFTDP_ASSERT(cuda_device_available(), "cuda_select_device: no usable CUDA device");

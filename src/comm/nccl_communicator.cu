@@ -13,7 +13,8 @@
 
 #include "comm/collective.h"
 #include "comm/mpi_host.h"
-#include "kernels/cuda/common.cuh"
+#include "kernels/ops.h"
+#include "sftdp/check_cuda.h"
 #include "sftdp/check_mpi.h"
 #include "sftdp/check_nccl.h"
 #include "sftdp/comm.h"
@@ -52,7 +53,9 @@ class NcclCommunicator final : public MpiHostCommunicator {
   void allreduce_sum(float* buf, size_t n) override {
     if (n == 0) return;
     // The gradients were produced on the kernels' stream: wait for them without a device sync.
-    CHECK_CUDA(cudaEventRecord(kernels_done_, cuda::stream()));
+    // (Both CUDA tables share that one stream.)
+    const auto kernels = static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream());
+    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels));
     CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
     // GPU-CHECK: only ever run on one GPU so far (one rank: NCCL copies). A run with 2+ GPUs must
     // show the ranks' summed gradients bitwise equal (NCCL's ring/tree finish each chunk on one rank

@@ -4,11 +4,13 @@
 // gradient, and bitwise determinism across thread counts.
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/test_util.h"
 #include "grad_check.h"
 #include "kernels/attention.h"
+#include "kernels/test_cuda_util.h"
 
 namespace sftdp::test {
 namespace {
@@ -132,6 +134,54 @@ TEST(Attention, IsBitwiseIdenticalForOneAndTwoThreads) {
     return r.out;
   };
   EXPECT_TRUE(bitwise_equal(run(1), run(2)));
+}
+
+// Softmax probabilities of the float qkv in fp64, rounded once: (B,NH,T,T), masked entries 0.
+std::vector<float> probabilities_fp64(const std::vector<float>& qkv, const int32_t* seg, int B, int T, int C,
+                                      int NH) {
+  const int HS = C / NH;
+  std::vector<float> att(size_t(B) * NH * T * T, 0.f);
+  std::vector<double> s(T);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const float* q = &qkv[(size_t(b) * T + t) * 3 * C + h * HS];
+        double max = -INFINITY, sum = 0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* k = &qkv[(size_t(b) * T + t2) * 3 * C + C + h * HS];
+          double dot = 0;
+          for (int i = 0; i < HS; ++i) dot += double(q[i]) * k[i];
+          const bool visible = !seg || seg[b * T + t2] == seg[b * T + t];
+          s[t2] = visible ? dot / std::sqrt(double(HS)) : -INFINITY;
+          max = std::max(max, s[t2]);
+        }
+        for (int t2 = 0; t2 <= t; ++t2) sum += std::exp(s[t2] - max);
+        float* row = &att[((size_t(b) * NH + h) * T + t) * T];
+        for (int t2 = 0; t2 <= t; ++t2) row[t2] = static_cast<float>(std::exp(s[t2] - max) / sum);
+      }
+  return att;
+}
+
+// The CUDA test's probability comparison (test_cuda_gemm_vs_cpu.cpp: element-wise, atol kSoftmaxAtol
+// + rtol kSoftmaxRtol) is sound: on that test's own inputs this twin (fp32 dots over HS, a
+// sequential fp32 sum over <= T terms) stays within half of it of fp64, leaving the other half for
+// the CUDA twin (fp32 cuBLASLt dots, never TF32; warp-tree sums).
+TEST(Attention, CudaTestToleranceIsSound) {
+  struct Shape {
+    int B, T, C, NH;
+    bool segments;
+  };
+  for (const Shape& c : {Shape{1, 1, 8, 2, false}, Shape{2, 7, 12, 3, true}, Shape{2, 64, 64, 4, true},
+                         Shape{1, 130, 96, 2, false}, Shape{3, 33, 48, 4, true}}) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " C=" + std::to_string(c.C));
+    const size_t BTC = size_t(c.B) * c.T * c.C;
+    const auto qkv = uniform(3 * BTC, 71);
+    const auto seg = packed_segments(c.B, c.T, 73);
+    const int32_t* s = c.segments ? seg.data() : nullptr;
+    std::vector<float> out(BTC), att(size_t(c.B) * c.NH * c.T * c.T);
+    cpu::attention_fwd(out.data(), att.data(), qkv.data(), s, c.B, c.T, c.C, c.NH);
+    EXPECT_TRUE(allclose(att, probabilities_fp64(qkv, s, c.B, c.T, c.C, c.NH), kSoftmaxAtol / 2, kSoftmaxRtol / 2));
+  }
 }
 
 }  // namespace

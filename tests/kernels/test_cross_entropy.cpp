@@ -1,14 +1,19 @@
 // tests/kernels/test_cross_entropy.cpp — CPU masked cross-entropy twin: exact loss and weight
 // sums on a hand case (an all-masked row, a weight of 0.5, += into sums), the backward against
 // fp64 finite differences, in-place dlogits, the dlogits-free path, numerically large logits,
-// and bitwise determinism across thread counts.
+// bitwise determinism across thread counts, and the soundness of the CUDA test's element-wise
+// dlogits tolerance (this twin within half of it of fp64 on that test's inputs; 3% errors caught).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
 #include "grad_check.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/test_cuda_util.h"
 
 namespace sftdp::test {
 namespace {
@@ -129,6 +134,57 @@ TEST(CrossEntropy, IsBitwiseIdenticalForOneAndTwoThreads) {
     return dlogits;
   };
   EXPECT_TRUE(bitwise_equal(run(1), run(2)));
+}
+
+// w·(softmax − onehot) of the float logits, computed in fp64 and rounded once.
+std::vector<float> dlogits_fp64(const CrossEntropyInputs& in, int N, int V) {
+  std::vector<float> ref(static_cast<size_t>(N) * V, 0.f);
+  for (int n = 0; n < N; ++n) {
+    const double w = in.weights[n];
+    if (w == 0) continue;
+    const float* x = &in.logits[static_cast<size_t>(n) * V];
+    double max = x[0], sum = 0;
+    for (int i = 0; i < V; ++i) max = std::max(max, double(x[i]));
+    for (int i = 0; i < V; ++i) sum += std::exp(double(x[i]) - max);
+    for (int i = 0; i < V; ++i)
+      ref[size_t(n) * V + i] = static_cast<float>(w * (std::exp(double(x[i]) - max) / sum - (i == in.targets[n])));
+  }
+  return ref;
+}
+
+// The CUDA test's dlogits comparison (test_cuda_vs_cpu.cpp) is element-wise with relative tolerance
+// kSoftmaxRtol (plus kSoftmaxRtol·|w| on target entries, kSoftmaxAtol elsewhere). Sound: on that
+// test's own inputs (shapes and seeds) this twin — 16 sequential fp32 lanes summing up to 3,141
+// exponentials each — stays within half of it of fp64; the other half is left for the CUDA twin,
+// whose sum (per-thread strides of V/512 terms, then a fixed tree) is no less accurate and whose
+// expf is within 2 ulp. Tight: a 3% error in one small entry fails it; the former tolerance,
+// relative to the largest |dlogit| (≈ w, at the target), let that pass.
+TEST(CrossEntropy, CudaTestToleranceIsSoundAndTight) {
+  for (const auto& [N, V] : {std::pair{1, 7}, std::pair{37, 5003}, std::pair{23, 50257}, std::pair{600, 1031}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V));
+    const CrossEntropyInputs in = cross_entropy_inputs(N, V);
+    std::vector<float> sums = {0.f, 0.f}, dlogits(size_t(N) * V);
+    cpu::cross_entropy_fwd_bwd(sums.data(), dlogits.data(), in.logits.data(), in.targets.data(), in.weights.data(),
+                               N, V);
+    const std::vector<float> ref = dlogits_fp64(in, N, V);
+    EXPECT_TRUE(close_each(dlogits, ref, dlogits_atol(in, V, kSoftmaxRtol / 2), kSoftmaxRtol / 2));
+
+    // A 3% error in the median-sized non-target entry of the first counted row (at tiny V no entry
+    // is small, and the former tolerance caught it too).
+    if (V < 1000) continue;
+    const int n = static_cast<int>(std::find_if(in.weights.begin(), in.weights.end(), [](float w) { return w != 0; }) -
+                                   in.weights.begin());
+    ASSERT_LT(n, N);
+    std::vector<size_t> row(V);
+    for (int i = 0; i < V; ++i) row[i] = size_t(n) * V + i;
+    row.erase(row.begin() + in.targets[n]);
+    std::nth_element(row.begin(), row.begin() + row.size() / 2, row.end(),
+                     [&](size_t a, size_t b) { return std::fabs(ref[a]) < std::fabs(ref[b]); });
+    std::vector<float> wrong = dlogits;
+    wrong[row[row.size() / 2]] *= 1.03f;
+    EXPECT_FALSE(close_each(wrong, ref, dlogits_atol(in, V, kSoftmaxRtol), kSoftmaxRtol));
+    EXPECT_TRUE(close_rel(wrong, ref, kSoftmaxRtol)) << "the former tolerance catches it too: drop this check";
+  }
 }
 
 }  // namespace

@@ -49,10 +49,19 @@ TEST(CpuOps, AllocIsZeroedAlignedAndCopiesRoundTrip) {
   ops.free(b);
 }
 
+TEST(CpuOps, HasNoStream) { EXPECT_EQ(cpu_ops().stream(), nullptr); }
+
 #ifndef SFTDP_WITH_CUDA
 TEST(CpuOps, NoCudaTableInCpuOnlyBuild) {
-  EXPECT_EQ(cuda_ops(), nullptr);
+  EXPECT_EQ(cuda_ops(GemmInputs::kFp32), nullptr);
+  EXPECT_EQ(cuda_ops(GemmInputs::kBf16), nullptr);
   EXPECT_FALSE(cuda_device_available());
+}
+#else
+// A GPU build on a machine without a device: no table either (the CUDA tests then skip).
+TEST(CpuOps, CudaTablesExactlyWhenADeviceIsUsable) {
+  for (GemmInputs inputs : {GemmInputs::kFp32, GemmInputs::kBf16})
+    EXPECT_EQ(cuda_ops(inputs) != nullptr, cuda_device_available());
 }
 #endif
 

@@ -2,7 +2,8 @@
 // against the same model on the CPU table: same weights and micro-batch (unequal masked rows, packed
 // segments) give the same loss sum (1e-5), weight sum (exact) and gradient sums (1e-4 per tensor);
 // GA 1 equals GA 4 on the GPU; three training steps run twice are bitwise equal; bf16 GEMM inputs
-// keep the loss within 1e-2 of fp32. Every test skips without a CUDA device.
+// (the GemmInputs::kBf16 table) keep the loss within 1e-2 of fp32. Every test skips without a
+// CUDA device.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -143,25 +144,24 @@ TEST(CudaGpt2, TwoRunsAreBitwiseEqual) {
 }
 
 // bf16 GEMM inputs (fp32 accumulation): the loss stays within 1e-2 of fp32, and the gradients show
-// that the inputs really were rounded. The scope resets the mode to fp32 on exit.
+// that the inputs really were rounded. The two tables share scratch buffers and the algorithm cache.
 TEST(CudaGpt2, Bf16GemmLossCloseToFp32) {
   SFTDP_REQUIRE_CUDA(cuda);
+  const Ops* cuda_bf16 = cuda_ops(GemmInputs::kBf16);
+  ASSERT_NE(cuda_bf16, nullptr);
   const auto d = tiny_dims();
   const auto params = noisy_params(d);
   const size_t total = model::gpt2_layout(d).total;
   const std::vector<data::Batch> batch = {random_rows(5, kT, d.V, 77, /*segments=*/true)};
   const auto fp32 = accumulated_grads(*cuda, d, params, batch);
-  std::vector<float> bf16;
-  {
-    const Bf16GemmScope bf16_gemm(true);
-    bf16 = accumulated_grads(*cuda, d, params, batch);
-  }
+  const auto bf16 = accumulated_grads(*cuda_bf16, d, params, batch);
   EXPECT_EQ(bf16[total + 1], fp32[total + 1]);
   EXPECT_NEAR(bf16[total] / bf16[total + 1], fp32[total] / fp32[total + 1],
               1e-2 * fp32[total] / fp32[total + 1]);
   EXPECT_GT(max_rel_diff(normalised_grads(bf16, total), normalised_grads(fp32, total)), 1e-6)
       << "bf16 mode gave fp32 gradients: GEMM inputs not rounded?";
-  // Back in fp32 mode after the scope: the fp32 result again, bit for bit.
+  // The fp32 table after the bf16 one (same scratch, same algorithm cache): the fp32 result again,
+  // bit for bit.
   EXPECT_TRUE(bitwise_equal(accumulated_grads(*cuda, d, params, batch), fp32));
 }
 
