@@ -2,7 +2,7 @@
 # The whole test suite on a fresh machine: installs what is missing, builds, runs CTest; then the
 # same suite under ASan + UBSan (scripts/test_sanitizers.sh) and a bounded fuzz run of every
 # parser of user input (scripts/fuzz.sh). Extra arguments go to both ctest runs (e.g. -L mpi).
-# On the 2-core CI machine: ~5 min normal suite, ~8 min sanitizer build + suite, ~4 min fuzzing.
+# Measured on the 2-core CI machine: ~5 min normal suite, 7 min sanitizer build + suite, 3 min fuzz.
 #   SFTDP_SANITIZERS=0      skip the sanitizer suite
 #   SFTDP_FUZZ_SECONDS=N    seconds per fuzz target (default 30; 0 skips fuzzing)
 set -euo pipefail
