@@ -150,3 +150,31 @@ def write_init_params(path, seed=0, model=None):
         f.attrs["L"] = m["num_decoder_layers"]
         f.attrs["NH"] = m["num_heads"]
     return path
+
+
+# ---- processes of an mpirun job (for the rank-failure tests) ----
+
+def children(pid):
+    """PIDs whose parent is pid (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rpartition(")")[2].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def world_rank(pid):
+    """The MPI rank of an Open MPI process, from its environment; None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for var in f.read().split(b"\0"):
+                if var.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    return int(var.split(b"=", 1)[1])
+    except OSError:
+        pass
+    return None

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness import MPI_ENV, SFT_TRAIN, TINY_MODEL, make_data, write_config
+from harness import MPI_ENV, SFT_TRAIN, TINY_MODEL, children, make_data, world_rank, write_config
 from slurm_helpers import pid_alive, wait_metrics
 
 TEARDOWN_LIMIT_S = 30
@@ -23,31 +23,6 @@ def cfg(workdir):
         TINY_MODEL, emb_dim=128, mlp_dim=512, num_heads=4, run_name="r", base_output_directory=f"{d}/out",
         train_files=f"{d}/train.h5", max_target_length=16, global_batch_size=16, steps=2000,
         learning_rate=1e-3, checkpoint_period=0, hardware="cpu", seed=3))
-
-
-def children(pid):
-    """PIDs whose parent is pid (from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rpartition(")")[2].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def world_rank(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for var in f.read().split(b"\0"):
-                if var.startswith(b"OMPI_COMM_WORLD_RANK="):
-                    return int(var.split(b"=", 1)[1])
-    except OSError:
-        pass
-    return None
 
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["rank1", "rank0"])

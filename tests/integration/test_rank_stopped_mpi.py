@@ -8,38 +8,13 @@ import signal
 import subprocess
 import time
 
-from harness import MPI_ENV, SFT_TRAIN, TINY_MODEL, make_data, write_config
+from harness import MPI_ENV, SFT_TRAIN, TINY_MODEL, children, make_data, world_rank, write_config
 from slurm_helpers import pid_alive, wait_metrics
 
 TIMEOUT_S = 3
 # The deadline (3 s, + 1 s grace on rank 1), mpirun's teardown (~2 s: SIGTERM, then SIGKILL 1 s
 # later) and slack for a busy 2-core machine. Without the deadline the job never ends.
 BOUND_S = 20
-
-
-def children(pid):
-    """PIDs whose parent is pid (from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rpartition(")")[2].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def world_rank(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for var in f.read().split(b"\0"):
-                if var.startswith(b"OMPI_COMM_WORLD_RANK="):
-                    return int(var.split(b"=", 1)[1])
-    except OSError:
-        pass
-    return None
 
 
 def stop_one_rank(d, victim):
