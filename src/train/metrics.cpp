@@ -1,4 +1,5 @@
-// src/train/metrics.cpp — one JSON object per line, flushed after every line.
+// src/train/metrics.cpp — one JSON object per line, flushed after every line; the TensorBoard
+// scalars train/{loss,lr,grad_norm,tokens_per_s} and eval/loss go out with the same lines.
 #include "train/metrics.h"
 
 #include <cerrno>
@@ -36,6 +37,21 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_up_to_step) :
   std::filesystem::rename(tmp, path);
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) throw UserError(path + ": cannot open metrics file: " + std::strerror(errno));
+
+  const auto tb_dir = std::filesystem::path(path).parent_path() / "tensorboard";
+  std::error_code ec;
+  if (keep_up_to_step < 0 && std::filesystem::is_directory(tb_dir, ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(tb_dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.starts_with("events.out.tfevents.") && name.ends_with(".sftdp"))
+        std::filesystem::remove(e.path(), ec);
+    }
+  }
+  events_.emplace(tb_dir.string());
+  if (keep_up_to_step >= 0) {
+    events_->session_start(keep_up_to_step + 1);
+    events_->flush();
+  }
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -61,6 +77,13 @@ void MetricsWriter::step(const StepMetrics& m) {
   j["epoch"] = m.epoch;
   if (m.skipped) j["skipped"] = true;
   write_line(j.dump());
+  if (!m.skipped) {  // a skipped step has no loss, and its norm and speed say nothing
+    events_->scalar(m.step, "train/loss", m.loss);
+    events_->scalar(m.step, "train/grad_norm", m.grad_norm);
+    events_->scalar(m.step, "train/tokens_per_s", m.tokens_per_s);
+  }
+  events_->scalar(m.step, "train/lr", m.lr);
+  events_->flush();
 }
 
 void MetricsWriter::eval(int64_t step, double eval_loss, double eval_weight_sum) {
@@ -69,6 +92,8 @@ void MetricsWriter::eval(int64_t step, double eval_loss, double eval_weight_sum)
   j["eval_loss"] = eval_loss;
   j["eval_weight_sum"] = eval_weight_sum;
   write_line(j.dump());
+  events_->scalar(step, "eval/loss", eval_loss);
+  events_->flush();
 }
 
 }  // namespace sftdp::train

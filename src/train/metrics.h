@@ -1,10 +1,14 @@
 // src/train/metrics.h — metrics.jsonl (SPEC §6), written by rank 0 only. On resume from step S
 // the lines of steps > S (written after that checkpoint by a run that then died) are dropped,
-// so the file always describes one trajectory.
+// so the file always describes one trajectory. The same values go to TensorBoard event files in
+// tensorboard/ beside it (train/tensorboard.h): a new file per run, flushed with every line.
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
+
+#include "train/tensorboard.h"
 
 namespace sftdp::train {
 
@@ -17,7 +21,10 @@ struct StepMetrics {
 
 class MetricsWriter {
  public:
-  // Opens path for appending after keeping only lines with step <= keep_up_to_step.
+  // Opens path for appending after keeping only lines with step <= keep_up_to_step, and a new
+  // event file in <dir of path>/tensorboard: a fresh run (keep_up_to_step < 0) first removes the
+  // event files of earlier runs there; a resumed one starts its file with a SessionLog START at
+  // keep_up_to_step + 1, so TensorBoard drops the later points of the run that died.
   MetricsWriter(const std::string& path, int64_t keep_up_to_step);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
@@ -29,6 +36,7 @@ class MetricsWriter {
   void write_line(const std::string& line);
   FILE* f_ = nullptr;
   std::string path_;
+  std::optional<tensorboard::EventWriter> events_;
 };
 
 }  // namespace sftdp::train
