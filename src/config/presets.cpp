@@ -4,6 +4,7 @@
 // defaults to 4·emb_dim and max_position_embeddings to max_target_length.
 #include <climits>
 
+#include "hf/gpt2_hf.h"
 #include "sftdp/check.h"
 #include "sftdp/config.h"
 
@@ -53,7 +54,27 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
+// load_parameters_path is a Hugging Face directory: its config.json gives every dimension
+// (model_name is not used); an explicit dimension key must agree with it.
+ModelDims hf_model_dims(const Config& cfg) {
+  const ModelDims hf = hf::read_hf_dims(cfg.load_parameters_path);
+  const std::string file = cfg.load_parameters_path + "/config.json";
+  auto agree = [&](const char* key, int64_t explicit_value, int value, const char* hf_key) {
+    if (explicit_value != -1 && explicit_value != value)
+      throw UserError(std::string(key) + ": " + std::to_string(explicit_value) + " disagrees with " + hf_key +
+                      " = " + std::to_string(value) + " in " + file + " (leave " + key + " out to use it)");
+  };
+  agree("num_decoder_layers", cfg.num_decoder_layers, hf.L, "n_layer");
+  agree("num_heads", cfg.num_heads, hf.NH, "n_head");
+  agree("emb_dim", cfg.emb_dim, hf.C, "n_embd");
+  agree("mlp_dim", cfg.mlp_dim, hf.F, "n_inner");
+  agree("vocab_size", cfg.vocab_size, hf.V, "vocab_size");
+  agree("max_position_embeddings", cfg.max_position_embeddings, hf.maxT, "n_positions");
+  return hf;
+}
+
 ModelDims model_dims(const Config& cfg) {
+  if (hf::is_hf_dir(cfg.load_parameters_path)) return hf_model_dims(cfg);
   ModelDims base{};  // all zero: "no preset", every dimension must be explicit
   if (!cfg.model_name.empty()) {
     const Preset* found = nullptr;

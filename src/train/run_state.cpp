@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "hf/gpt2_hf.h"
 #include "sftdp/check.h"
 #include "sftdp/log.h"
 
@@ -100,7 +101,10 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
       log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", loaded->c_str(),
                 (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
     } else if (!cfg.load_parameters_path.empty()) {
-      checkpoint::load_params(cfg.load_parameters_path, model.layout(), params);
+      if (hf::is_hf_dir(cfg.load_parameters_path))  // Hugging Face directory (dims checked by config)
+        hf::load_hf_params(cfg.load_parameters_path, model.layout(), params);
+      else
+        checkpoint::load_params(cfg.load_parameters_path, model.layout(), params);
       log::info("initial parameters from %s", cfg.load_parameters_path.c_str());
     } else {
       model::init_params(params, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));

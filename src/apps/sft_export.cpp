@@ -1,0 +1,55 @@
+// sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE]
+// Writes the model of an sft-dp checkpoint as a Hugging Face GPT-2 directory (config.json,
+// generation_config.json, model.safetensors, tokenizer files copied through) that
+// transformers.AutoModelForCausalLM.from_pretrained loads. Exit 0 ok, 2 bad usage or input (one
+// `error:` line, nothing written), 1 anything else.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "hf/gpt2_hf.h"
+#include "sftdp/check.h"
+
+namespace {
+
+void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE]\n"
+               "  CHECKPOINT.h5  an sft-dp checkpoint (out/<run>/checkpoints/step_<S>.h5)\n"
+               "  OUT_DIR        created (must not exist, or be empty): config.json,\n"
+               "                 generation_config.json, model.safetensors (fp32, lm_head tied)\n"
+               "  --tokenizer    copy tokenizer.json / tokenizer_config.json / vocab.json /\n"
+               "                 merges.txt / special_tokens_map.json from this directory (or file)\n"
+               "Exit: 0 ok, 2 bad usage or input (nothing written), 1 other failure.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> positional;
+    std::string tokenizer;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--help" || arg == "-h") {
+        usage(stdout);
+        return 0;
+      }
+      if (arg == "--tokenizer") {
+        if (i + 1 >= argc) throw sftdp::UserError("--tokenizer: needs a value");
+        tokenizer = argv[++i];
+      } else if (arg.rfind("--", 0) == 0) {
+        throw sftdp::UserError("unknown argument \"" + arg + "\" (see sft_export --help)");
+      } else {
+        positional.push_back(arg);
+      }
+    }
+    if (positional.size() != 2) throw sftdp::UserError("expected CHECKPOINT.h5 and OUT_DIR (see sft_export --help)");
+    sftdp::hf::export_checkpoint(positional[0], positional[1], tokenizer);
+    std::printf("sft_export: %s -> %s\n", positional[0].c_str(), positional[1].c_str());
+    return 0;
+  } catch (const sftdp::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,134 @@
+// src/hf/gpt2_hf.cpp — see gpt2_hf.h: config.json dimensions, the HF <-> SPEC name mapping, and
+// loading an HF GPT-2 directory into a SPEC parameter buffer.
+#include "hf/gpt2_hf.h"
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hf/gpt2_names.h"
+#include "hf/safetensors.h"
+#include "sftdp/check.h"
+
+namespace sftdp::hf {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int positive_int(const json& j, const std::string& file, const char* key) {
+  if (!j.contains(key)) throw UserError(file + ": " + key + " is missing");
+  const json& v = j[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
+    throw UserError(file + ": " + key + " must be a positive integer, got " + v.dump());
+  return v.get<int>();
+}
+
+// Which file a missing tensor was looked for in.
+std::string weights_source(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  std::error_code ec;
+  return (fs::exists(single, ec) ? single : fs::path(dir) / "model.safetensors.index.json").string();
+}
+
+}  // namespace
+
+bool is_hf_dir(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && fs::is_directory(path, ec);
+}
+
+config::ModelDims read_hf_dims(const std::string& dir) {
+  const std::string file = (fs::path(dir) / "config.json").string();
+  std::ifstream in(file);
+  if (!in) throw UserError(file + ": not found (load_parameters_path is a directory, so it must be a "
+                           "Hugging Face model directory with config.json)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw UserError(file + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw UserError(file + ": not a JSON object");
+  if (j.contains("model_type") && j["model_type"] != "gpt2")
+    throw UserError(file + ": model_type " + j["model_type"].dump() + " is not gpt2");
+  config::ModelDims d;
+  d.L = positive_int(j, file, "n_layer");
+  d.NH = positive_int(j, file, "n_head");
+  d.C = positive_int(j, file, "n_embd");
+  d.V = positive_int(j, file, "vocab_size");
+  d.maxT = positive_int(j, file, "n_positions");
+  d.F = (!j.contains("n_inner") || j["n_inner"].is_null()) ? 4 * d.C : positive_int(j, file, "n_inner");
+  if (d.C % d.NH != 0)
+    throw UserError(file + ": n_head " + std::to_string(d.NH) + " does not divide n_embd " + std::to_string(d.C));
+  if (j.contains("layer_norm_epsilon") &&
+      (!j["layer_norm_epsilon"].is_number() || std::fabs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12))
+    throw UserError(file + ": layer_norm_epsilon " + j["layer_norm_epsilon"].dump() +
+                    " is not supported (the model's LayerNorm uses 1e-5)");
+  const json act = j.contains("activation_function") ? j["activation_function"] : json("gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    throw UserError(file + ": activation_function " + act.dump() +
+                    " is not supported (the model's GELU is the tanh form: gelu_new)");
+  for (const char* key : {"scale_attn_by_inverse_layer_idx"})
+    if (j.contains(key) && j[key] != false) throw UserError(file + ": " + key + " must be false");
+  if (j.contains("scale_attn_weights") && j["scale_attn_weights"] != true)
+    throw UserError(file + ": scale_attn_weights must be true");
+  return d;
+}
+
+void load_hf_params(const std::string& dir, const model::ParamLayout& layout, std::vector<float>& params) {
+  TensorMap tensors = read_safetensors_dir(dir);
+  const std::string prefix = tensors.count("transformer.wte.weight") ? "transformer." : "";
+  const std::string source = weights_source(dir);
+  params.assign(layout.total, 0.0f);
+  std::vector<std::string> used;
+  for (const auto& p : layout.tensors) {
+    const HfName hn = hf_name_of(p.name);
+    const std::string name = prefix + hn.name;
+    auto it = tensors.find(name);
+    if (it == tensors.end())
+      throw UserError(source + ": tensor " + name + " is missing (needed for " + p.name + ")");
+    const Tensor& t = it->second;
+    const std::vector<int64_t> want = hn.transposed ? std::vector<int64_t>{p.shape[1], p.shape[0]} : p.shape;
+    if (t.shape != want)
+      throw UserError(t.file + ": tensor " + name + " has shape " + shape_text(t.shape) + ", config.json needs " +
+                      shape_text(want));
+    float* dst = params.data() + p.offset;
+    if (hn.transposed) {  // HF [in, out] -> SPEC [out, in]
+      const int64_t in = want[0], out = want[1];
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t o = 0; o < out; ++o) dst[o * in + i] = t.data[i * out + o];
+    } else {
+      std::memcpy(dst, t.data.data(), p.numel * sizeof(float));
+    }
+    used.push_back(name);
+  }
+  for (const auto& name : used) tensors.erase(name);
+  const auto& wte_info = layout.find("wte");
+  for (const auto& [name, t] : tensors) {
+    const auto ends = [&](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (ends(".attn.bias") || ends(".attn.masked_bias")) continue;  // causal-mask buffers
+    if (name == "lm_head.weight") {
+      const bool same = t.shape == wte_info.shape &&
+                        std::memcmp(t.data.data(), params.data() + wte_info.offset, wte_info.numel * 4) == 0;
+      if (!same)
+        throw UserError(t.file + ": tensor lm_head.weight differs from " + prefix +
+                        "wte.weight (sft-dp ties the output layer to the token embedding)");
+      continue;
+    }
+    throw UserError(t.file + ": tensor " + name + " is not part of a GPT-2 model");
+  }
+}
+
+}  // namespace sftdp::hf

@@ -1,0 +1,154 @@
+// src/hf/hf_export.cpp — see gpt2_hf.h: an HF GPT-2 directory from SPEC parameters, and from a
+// checkpoint file. Nothing appears at out_dir unless every file was written (temporary sibling
+// directory, renamed at the end).
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizer.h"
+#include "h5/h5.h"
+#include "hf/gpt2_hf.h"
+#include "hf/gpt2_names.h"
+#include "hf/safetensors.h"
+#include "sftdp/check.h"
+#include "sftdp/checkpoint.h"
+
+namespace sftdp::hf {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "vocab.json",
+                                           "merges.txt", "special_tokens_map.json", "added_tokens.json"};
+
+void write_json(const fs::path& path, const json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out.flush()) throw UserError(path.string() + ": cannot write");
+}
+
+// bos/eos ids of the tokenizers sft-dp knows by vocabulary size (byte tokenizer, GPT-2 BPE).
+json special_ids(const config::ModelDims& d) {
+  if (d.V == data::tok::kVocabSize) return {{"bos_token_id", data::tok::kBos}, {"eos_token_id", data::tok::kEos}};
+  if (d.V == 50257) return {{"bos_token_id", 50256}, {"eos_token_id", 50256}};
+  return json::object();
+}
+
+// The root attribute `config` (resolved YAML) of a checkpoint .h5.
+std::string config_attr(const std::string& path) {
+  h5::QuietErrors quiet;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw UserError(path + ": not found");
+  h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) h5::bad_file(path, "not a readable HDF5 file");
+  if (H5Aexists(file.get(), "config") <= 0)
+    h5::bad_file(path, "root attribute 'config' is missing (needed for the model's dimensions)");
+  h5::Handle attr(H5Aopen(file.get(), "config", H5P_DEFAULT), H5Aclose);
+  h5::Handle type(H5Aget_type(attr.get()), H5Tclose);
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING) h5::bad_file(path, "root attribute 'config' must be a string");
+  h5::Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+  std::string value;
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    char* data = nullptr;
+    if (H5Aread(attr.get(), mem.get(), &data) < 0) h5::bad_file(path, "root attribute 'config' could not be read");
+    if (data) value = data;
+    H5free_memory(data);
+  } else {
+    const size_t size = H5Tget_size(type.get());
+    H5Tset_size(mem.get(), size);
+    std::string buffer(size, '\0');
+    if (H5Aread(attr.get(), mem.get(), buffer.data()) < 0) h5::bad_file(path, "root attribute 'config' could not be read");
+    value = buffer.substr(0, buffer.find('\0'));
+  }
+  return value;
+}
+
+}  // namespace
+
+void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
+               const std::vector<float>& params, const std::string& tokenizer_dir) {
+  std::error_code ec;
+  const fs::path out = fs::absolute(out_dir, ec);
+  if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
+    throw UserError(out_dir + ": exists and is not an empty directory (nothing written)");
+  std::vector<fs::path> tokenizer_files;
+  if (!tokenizer_dir.empty()) {
+    if (fs::is_regular_file(tokenizer_dir, ec)) tokenizer_files.push_back(tokenizer_dir);
+    else if (fs::is_directory(tokenizer_dir, ec))
+      for (const char* name : kTokenizerFiles)
+        if (fs::is_regular_file(fs::path(tokenizer_dir) / name, ec)) tokenizer_files.push_back(fs::path(tokenizer_dir) / name);
+    if (tokenizer_files.empty())
+      throw UserError("--tokenizer: " + tokenizer_dir + " holds no tokenizer file (tokenizer.json, vocab.json, ...)");
+  }
+  const fs::path parent = out.parent_path();
+  if (!fs::is_directory(parent, ec)) throw UserError(out_dir + ": parent directory " + parent.string() + " does not exist");
+  const fs::path temp = parent / ("." + out.filename().string() + ".tmp." + std::to_string(getpid()));
+  fs::remove_all(temp, ec);
+  if (!fs::create_directory(temp, ec)) throw UserError(out_dir + ": cannot create " + temp.string() + ": " + ec.message());
+  try {
+    json cfg = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"n_layer", d.L},
+                {"n_head", d.NH}, {"n_embd", d.C}, {"n_inner", d.F}, {"vocab_size", d.V},
+                {"n_positions", d.maxT}, {"n_ctx", d.maxT}, {"activation_function", "gelu_new"},
+                {"layer_norm_epsilon", 1e-5}, {"initializer_range", 0.02}, {"resid_pdrop", 0.0},
+                {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}, {"scale_attn_weights", true},
+                {"tie_word_embeddings", true}, {"use_cache", true}, {"torch_dtype", "float32"}};
+    const json ids = special_ids(d);
+    cfg.update(ids);
+    write_json(temp / "config.json", cfg);
+    json gen = {{"_from_model_config", true}};
+    gen.update(ids);
+    write_json(temp / "generation_config.json", gen);
+
+    // SPEC [out, in] -> Conv1D [in, out]; names with GPT2LMHeadModel's "transformer." prefix.
+    std::vector<std::vector<float>> transposed;
+    std::vector<NamedTensor> tensors;
+    transposed.reserve(layout.tensors.size());
+    for (const auto& p : layout.tensors) {
+      const HfName hn = hf_name_of(p.name);
+      const float* src = params.data() + p.offset;
+      if (!hn.transposed) {
+        tensors.push_back({"transformer." + hn.name, p.shape, src});
+        continue;
+      }
+      const int64_t rows = p.shape[0], cols = p.shape[1];
+      auto& t = transposed.emplace_back(p.numel);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = src[r * cols + c];
+      tensors.push_back({"transformer." + hn.name, {cols, rows}, t.data()});
+    }
+    write_safetensors((temp / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    for (const auto& f : tokenizer_files) {
+      fs::copy_file(f, temp / f.filename(), ec);
+      if (ec) throw UserError(f.string() + ": cannot copy: " + ec.message());
+    }
+    if (fs::exists(out, ec)) fs::remove(out, ec);  // the empty directory checked above
+    fs::rename(temp, out, ec);
+    if (ec) throw UserError(out_dir + ": cannot rename " + temp.string() + " into place: " + ec.message());
+  } catch (...) {
+    fs::remove_all(temp, ec);
+    throw;
+  }
+}
+
+void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir,
+                       const std::string& tokenizer_dir) {
+  const std::string yaml = config_attr(checkpoint_h5);
+  config::ModelDims d;
+  try {
+    d = config::model_dims(config::from_yaml_text(yaml, {}, checkpoint_h5 + " (attribute config)"));
+  } catch (const UserError& e) {
+    throw UserError(checkpoint_h5 + ": cannot resolve the model's dimensions from its stored config: " + e.what());
+  }
+  const model::ParamLayout layout = model::gpt2_layout(d);
+  std::vector<float> params;
+  checkpoint::load_params(checkpoint_h5, layout, params);
+  export_hf(out_dir, d, layout, params, tokenizer_dir);
+}
+
+}  // namespace sftdp::hf
