@@ -74,7 +74,8 @@ std::string config_attr(const std::string& path) {
 void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
                const std::vector<float>& params, const std::string& tokenizer_dir) {
   std::error_code ec;
-  const fs::path out = fs::absolute(out_dir, ec);
+  fs::path out = fs::absolute(out_dir, ec).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "dir/"
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
     throw UserError(out_dir + ": exists and is not an empty directory (nothing written)");
   std::vector<fs::path> tokenizer_files;
@@ -88,7 +89,10 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
   }
   const fs::path parent = out.parent_path();
   if (!fs::is_directory(parent, ec)) throw UserError(out_dir + ": parent directory " + parent.string() + " does not exist");
-  const fs::path temp = parent / ("." + out.filename().string() + ".tmp." + std::to_string(getpid()));
+  std::string temp_name = ".";
+  temp_name += out.filename().string();
+  temp_name += ".tmp." + std::to_string(getpid());
+  const fs::path temp = parent / temp_name;
   fs::remove_all(temp, ec);
   if (!fs::create_directory(temp, ec)) throw UserError(out_dir + ": cannot create " + temp.string() + ": " + ec.message());
   try {

@@ -211,8 +211,11 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
   const fs::path final_path(path);
-  const std::string temp = (final_path.parent_path() / ("." + final_path.filename().string() + ".tmp." +
-                                                        std::to_string(getpid()))).string();
+  std::string temp_name = ".";  // (built by +=: GCC 12 warns falsely on "." + string)
+  temp_name += final_path.filename().string();
+  temp_name += ".tmp.";
+  temp_name += std::to_string(getpid());
+  const std::string temp = (final_path.parent_path() / temp_name).string();
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     unsigned char lenb[8];

@@ -116,7 +116,7 @@ def test_export_loads_in_transformers_bitwise_round_trip(env, note):
     ckpt = f"{d}/out/rt/checkpoints/step_1.h5"
     os.makedirs(f"{d}/tok")
     json.dump({"model_max_length": T}, open(f"{d}/tok/tokenizer_config.json", "w"))
-    p = subprocess.run([SFT_EXPORT, ckpt, f"{d}/export", "--tokenizer", f"{d}/tok"], capture_output=True, text=True)
+    p = subprocess.run([SFT_EXPORT, ckpt, f"{d}/export/", "--tokenizer", f"{d}/tok"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert sorted(os.listdir(f"{d}/export")) == ["config.json", "generation_config.json", "model.safetensors",
                                                  "tokenizer_config.json"]
@@ -164,6 +164,25 @@ def test_fp16_bf16_load(env):
         run_train(cfg)
         got = read_params(f"{d}/out/{tag}/checkpoints/step_1.h5")
         want = spec_of_hf({k: v.float().numpy() for k, v in sd.items()})
+        for k in want:
+            assert np.array_equal(got[k], want[k]), (tag, k)
+
+
+def test_sharded_index_and_gpt2model_names(env):
+    """transformers' own sharded save (model.safetensors.index.json), and GPT2Model's names
+    (no "transformer." prefix, no lm_head), load to the same parameters."""
+    d, model, base = env
+    model.save_pretrained(f"{d}/sharded", safe_serialization=True, max_shard_size="20KB")
+    assert os.path.exists(f"{d}/sharded/model.safetensors.index.json")
+    assert not os.path.exists(f"{d}/sharded/model.safetensors")
+    model.transformer.save_pretrained(f"{d}/bare", safe_serialization=True)
+    assert "wte.weight" in load_file(f"{d}/bare/model.safetensors")
+    want = spec_of_hf({k: v.numpy() for k, v in model.state_dict().items()})
+    for tag in ["sharded", "bare"]:
+        cfg = write_config(f"{d}/{tag}.yml", **dict(base, load_parameters_path=f"{d}/{tag}/"), run_name=tag,
+                           learning_rate=0.0)
+        run_train(cfg)
+        got = read_params(f"{d}/out/{tag}/checkpoints/step_1.h5")
         for k in want:
             assert np.array_equal(got[k], want[k]), (tag, k)
 
