@@ -27,7 +27,8 @@ void usage(FILE* f) {
                "  --overflow drop     examples longer than T+1 tokens are left out (default)\n"
                "  --overflow truncate they are cut to their first T+1 tokens\n"
                "  --pack              several examples per row (/segment_ids, /positions)\n"
-               "Byte-level tokenizer:\n%s"
+               "Byte-level tokenizer (for a Hugging Face tokenizer.json / GPT-2 BPE and chat\n"
+               "templates use scripts/sft_prepare_hf.py --tokenizer DIR, same flags):\n%s"
                "Exit: 0 ok, 2 bad usage or input (no output file written), 1 other failure.\n",
                sftdp::data::tok::table_text().c_str());
 }
@@ -63,6 +64,11 @@ int main(int argc, char** argv) {
         usage(stdout);
         return 0;
       }
+      if (arg == "--tokenizer")
+        throw sftdp::UserError(
+            "--tokenizer: sft_prepare has only the byte tokenizer; for a Hugging Face tokenizer "
+            "(and its chat template) run scripts/sft_prepare_hf.py --tokenizer DIR with the same "
+            "flags (data/README.md)");
       if (arg == "--pack") {
         options.pack = true;
         continue;
