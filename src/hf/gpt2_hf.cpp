@@ -2,6 +2,7 @@
 // loading an HF GPT-2 directory into a SPEC parameter buffer.
 #include "hf/gpt2_hf.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -105,8 +106,10 @@ void load_hf_params(const std::string& dir, const model::ParamLayout& layout, st
     float* dst = params.data() + p.offset;
     if (hn.transposed) {  // HF [in, out] -> SPEC [out, in]
       const int64_t in = want[0], out = want[1];
-      for (int64_t i = 0; i < in; ++i)
-        for (int64_t o = 0; o < out; ++o) dst[o * in + i] = t.data[i * out + o];
+      for (int64_t i0 = 0; i0 < in; i0 += 32)  // 32x32 tiles: both sides stay in cache
+        for (int64_t o0 = 0; o0 < out; o0 += 32)
+          for (int64_t i = i0; i < std::min(in, i0 + 32); ++i)
+            for (int64_t o = o0; o < std::min(out, o0 + 32); ++o) dst[o * in + i] = t.data[i * out + o];
     } else {
       std::memcpy(dst, t.data.data(), p.numel * sizeof(float));
     }

@@ -18,6 +18,7 @@
 #include "sftdp/check.h"
 
 namespace sftdp::hf {
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
 namespace {
 
 namespace fs = std::filesystem;
@@ -131,31 +132,23 @@ TensorMap read_safetensors(const std::string& path) {
       bad(path, "tensor " + by_offset[i]->name + ": data overlaps tensor " + by_offset[i - 1]->name);
 
   TensorMap out;
-  std::vector<char> raw;
+  std::vector<uint16_t> half;
   for (const auto& e : entries) {
-    raw.resize(e.end - e.begin);
-    in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
-    if (!in.read(raw.data(), static_cast<std::streamsize>(raw.size())))
-      bad(path, "tensor " + e.name + ": cannot read its data (truncated?)");
     Tensor t;
     t.shape = e.shape;
     t.file = path;
     t.dtype = e.dtype;
-    const size_t numel = raw.size() / dtype_bytes(e.dtype);
+    const size_t numel = (e.end - e.begin) / dtype_bytes(e.dtype);
     t.data.resize(numel);
-    const auto* b = reinterpret_cast<const unsigned char*>(raw.data());
-    if (e.dtype == "F32") {
-      for (size_t i = 0; i < numel; ++i) {
-        const uint32_t bits = uint32_t(b[4 * i]) | uint32_t(b[4 * i + 1]) << 8 |
-                              uint32_t(b[4 * i + 2]) << 16 | uint32_t(b[4 * i + 3]) << 24;
-        std::memcpy(&t.data[i], &bits, 4);
-      }
-    } else {
-      const bool half = e.dtype == "F16";
-      for (size_t i = 0; i < numel; ++i) {
-        const uint16_t bits = static_cast<uint16_t>(b[2 * i] | b[2 * i + 1] << 8);
-        t.data[i] = half ? half_to_float(bits) : bf16_to_float(bits);
-      }
+    in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
+    // Little-endian on disk and in memory (static_assert above): F32 is read in place.
+    char* dst = e.dtype == "F32" ? reinterpret_cast<char*>(t.data.data())
+                                 : reinterpret_cast<char*>((half.resize(numel), half.data()));
+    if (!in.read(dst, static_cast<std::streamsize>(e.end - e.begin)))
+      bad(path, "tensor " + e.name + ": cannot read its data (truncated?)");
+    if (e.dtype != "F32") {
+      const bool fp16 = e.dtype == "F16";
+      for (size_t i = 0; i < numel; ++i) t.data[i] = fp16 ? half_to_float(half[i]) : bf16_to_float(half[i]);
     }
     out.emplace(e.name, std::move(t));
   }
@@ -222,7 +215,6 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     for (int i = 0; i < 8; ++i) lenb[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
     out.write(reinterpret_cast<const char*>(lenb), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
     for (const auto& t : tensors) {
       uint64_t numel = 1;
       for (auto s : t.shape) numel *= static_cast<uint64_t>(s);
