@@ -40,6 +40,9 @@ def gpt2_reference():
     return tokenizers.ByteLevelBPETokenizer.from_file(os.path.join(GPT2_DIR, "encoder.json"),
                                                       os.path.join(GPT2_DIR, "vocab.bpe"))
 
+QWEN_LIKE = ("{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are helpful."
+             "<|im_end|>\\n' }}{% endif %}" + CHATML)
+
 
 def prep(args, check=True):
     p = subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True, timeout=300)
@@ -174,30 +177,36 @@ def tokenizer_dirs(workdir):
     tok.save_pretrained(plain)
     tok.chat_template = OWN_TEMPLATE
     tok.save_pretrained(own)
+    # Qwen-like: ChatML markers added as special tokens (vocab 50259), a default system turn.
+    added = os.path.join(workdir, "tok_added")
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = QWEN_LIKE
+    tok.save_pretrained(added)
     # A template whose last turn differs (no newline): messages[:i] is not a prefix of the whole.
     odd = os.path.join(workdir, "tok_odd")
     tok.chat_template = ("{% for m in messages %}{{ m['role'] + ': ' + m['content'] }}"
                          "{% if not loop.last %}{{ '\\n' }}{% endif %}{% endfor %}"
                          "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}")
     tok.save_pretrained(odd)
-    return {"own": own, "plain": plain, "odd": odd}
+    return {"own": own, "plain": plain, "added": added, "odd": odd}
 
 
-@pytest.mark.parametrize("kind", ["own", "plain"])
+@pytest.mark.parametrize("kind", ["own", "plain", "added"])
 def test_chat_rows_equal_apply_chat_template(workdir, tokenizer_dirs, kind):
-    convs = conversations()
+    convs = conversations()[1 if kind == "added" else 0:]  # QWEN_LIKE needs a first message
     jsonl = write_jsonl(os.path.join(workdir, f"chat_{kind}.jsonl"),
                         ({"messages": c, "id": i} for i, c in enumerate(convs)))
     out = os.path.join(workdir, f"chat_{kind}.h5")
     p = prep(["--tokenizer", tokenizer_dirs[kind], "--input", jsonl, "--output", out,
               "--max-length", "192", "--format", "chat"])
-    assert ("tokenizer_config.json" if kind == "own" else "ChatML default") in p.stdout, p.stdout
+    assert ("ChatML default" if kind == "plain" else "tokenizer_config.json") in p.stdout, p.stdout
     assert "turn-edge" not in p.stdout, p.stdout
     cols, vocab = read_rows(out)
-    assert vocab == 50257 and cols["inputs"].shape == (len(convs), 192)
-
     tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dirs[kind])
-    template = None if kind == "own" else CHATML
+    assert vocab == len(tok) == (50259 if kind == "added" else 50257)
+    assert cols["inputs"].shape == (len(convs), 192)
+
+    template = CHATML if kind == "plain" else None
     end = (tok.eos_token if kind == "own" else "<|im_end|>") + "\n"
     for r, conv in enumerate(convs):
         expected = tok.apply_chat_template(conv, chat_template=template, tokenize=True)
