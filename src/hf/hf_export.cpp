@@ -143,15 +143,26 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
 void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir,
                        const std::string& tokenizer_dir) {
   const std::string yaml = config_attr(checkpoint_h5);
+  config::Config cfg;
   config::ModelDims d;
   try {
-    d = config::model_dims(config::from_yaml_text(yaml, {}, checkpoint_h5 + " (attribute config)"));
+    cfg = config::from_yaml_text(yaml, {}, checkpoint_h5 + " (attribute config)");
+    d = config::model_dims(cfg);
   } catch (const UserError& e) {
     throw UserError(checkpoint_h5 + ": cannot resolve the model's dimensions from its stored config: " + e.what());
   }
   const model::ParamLayout layout = model::gpt2_layout(d);
   std::vector<float> params;
-  checkpoint::load_params(checkpoint_h5, layout, params);
+  try {
+    checkpoint::load_params(checkpoint_h5, layout, params);
+  } catch (const UserError& e) {
+    std::error_code ec;
+    if (cfg.load_parameters_path.empty() || fs::exists(cfg.load_parameters_path, ec)) throw;
+    // An HF directory gave the run its dimensions (model_dims); without it they fall back.
+    throw UserError(std::string(e.what()) + " (the run's load_parameters_path " + cfg.load_parameters_path +
+                    " no longer exists: if it was a Hugging Face directory, its config.json gave the "
+                    "dimensions; restore it)");
+  }
   export_hf(out_dir, d, layout, params, tokenizer_dir);
 }
 

@@ -59,9 +59,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   uint64_t numel = 1;
   for (const auto& s : j["shape"]) {
     if (!s.is_number_unsigned() || s.get<uint64_t>() > (1ull << 40)) bad(path, where + "bad shape " + j["shape"].dump());
-    e.shape.push_back(static_cast<int64_t>(s.get<uint64_t>()));
-    numel *= s.get<uint64_t>();
-    if (numel > (1ull << 40)) bad(path, where + "shape " + j["shape"].dump() + " is too large");
+    const uint64_t dim = s.get<uint64_t>();
+    e.shape.push_back(static_cast<int64_t>(dim));
+    if (dim != 0 && numel > (1ull << 40) / dim) bad(path, where + "shape " + j["shape"].dump() + " is too large");
+    numel *= dim;
   }
   const json& off = j.contains("data_offsets") ? j["data_offsets"] : json();
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())

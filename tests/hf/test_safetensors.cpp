@@ -97,6 +97,8 @@ TEST(Safetensors, MalformedInputsNameFileAndTensor) {
        ok_data, "overlaps"},
       {R"({"w":{"dtype":"F32","shape":[2]}})", ok_data, "tensor w: data_offsets must be"},
       {R"([1,2])", ok_data, "not a JSON object"},
+      {R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,0]}})", ok_data,
+       "tensor w: shape [1099511627776,1099511627776] is too large"},
   };
   for (const auto& c : cases) {
     write_raw(p, c.header, c.data, c.n);

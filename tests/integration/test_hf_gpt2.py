@@ -250,3 +250,13 @@ def test_bad_hf_dirs_exit_2_naming_file_and_tensor(env):
     p = subprocess.run([SFT_EXPORT, f"{d}/train.h5", f"{d}/export_bad"], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error:") and "train.h5" in p.stderr, p.stderr
     assert not os.path.exists(f"{d}/export_bad")
+    # The HF directory that gave a run its dimensions is gone: exit 2 saying so, nothing written.
+    cfg = write_config(f"{d}/gone.yml", **dict(base, load_parameters_path=f"{d}/gone"), run_name="gone",
+                       learning_rate=0.0)
+    shutil.copytree(f"{d}/hf", f"{d}/gone")
+    run_train(cfg)
+    shutil.rmtree(f"{d}/gone")
+    p = subprocess.run([SFT_EXPORT, f"{d}/out/gone/checkpoints/step_1.h5", f"{d}/export_gone"], capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "no longer exists" in p.stderr and "step_1.h5" in p.stderr, p.stderr
+    assert not os.path.exists(f"{d}/export_gone")
