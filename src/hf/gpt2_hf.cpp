@@ -117,7 +117,9 @@ void load_hf_params(const std::string& dir, const model::ParamLayout& layout, st
   }
   for (const auto& name : used) tensors.erase(name);
   const auto& wte_info = layout.find("wte");
-  for (const auto& [name, t] : tensors) {
+  for (const auto& entry : tensors) {
+    const std::string& name = entry.first;  // (not a structured binding: clang 14 cannot capture one)
+    const Tensor& t = entry.second;
     const auto ends = [&](const std::string& s) {
       return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
     };
