@@ -48,6 +48,8 @@ struct Config {
   int64_t checkpoint_period = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 0;   // 0 = keep all
   bool resume = true;
+  bool hf_export = false;           // also write <run_dir>/hf/ (Hugging Face GPT-2) at the end
+  std::string hf_export_tokenizer;  // tokenizer file or directory copied into it; "" = none
   // Logging
   int64_t log_period = 1;  // console line every N steps (metrics.jsonl gets every step)
   int64_t param_check_period = 100;  // every N steps ranks compare a parameter checksum; 0 = off

@@ -141,6 +141,8 @@ const std::vector<KeySpec>& all_keys() {
       {"checkpoint_period", "Checkpoints", &Config::checkpoint_period},
       {"keep_checkpoints", "Checkpoints", &Config::keep_checkpoints},
       {"resume", "Checkpoints", &Config::resume},
+      {"hf_export", "Checkpoints", &Config::hf_export},
+      {"hf_export_tokenizer", "Checkpoints", &Config::hf_export_tokenizer},
       {"log_period", "Logging", &Config::log_period},
       {"param_check_period", "Logging", &Config::param_check_period},
   };

@@ -30,6 +30,10 @@ void load_hf_params(const std::string& dir, const model::ParamLayout& layout, st
 void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
                const std::vector<float>& params, const std::string& tokenizer_dir);
 
+// The tokenizer files export_hf copies from source: the file itself, or the known tokenizer files
+// (tokenizer.json, vocab.json, merges.txt, ...) in the directory. None: UserError("<what>: ...").
+std::vector<std::string> tokenizer_files(const std::string& source, const std::string& what);
+
 // sft_export: the model of a checkpoint (or params-only) .h5 to an HF directory. The dimensions
 // come from the checkpoint's stored config (its root attribute `config`).
 void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir,

@@ -71,6 +71,18 @@ std::string config_attr(const std::string& path) {
 
 }  // namespace
 
+std::vector<std::string> tokenizer_files(const std::string& source, const std::string& what) {
+  std::error_code ec;
+  std::vector<std::string> files;
+  if (fs::is_regular_file(source, ec)) files.push_back(source);
+  else if (fs::is_directory(source, ec))
+    for (const char* name : kTokenizerFiles)
+      if (fs::is_regular_file(fs::path(source) / name, ec)) files.push_back((fs::path(source) / name).string());
+  if (files.empty())
+    throw UserError(what + ": " + source + " holds no tokenizer file (tokenizer.json, vocab.json, ...)");
+  return files;
+}
+
 void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
                const std::vector<float>& params, const std::string& tokenizer_dir) {
   std::error_code ec;
@@ -78,15 +90,9 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
   if (!out.has_filename()) out = out.parent_path();  // "dir/"
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
     throw UserError(out_dir + ": exists and is not an empty directory (nothing written)");
-  std::vector<fs::path> tokenizer_files;
-  if (!tokenizer_dir.empty()) {
-    if (fs::is_regular_file(tokenizer_dir, ec)) tokenizer_files.push_back(tokenizer_dir);
-    else if (fs::is_directory(tokenizer_dir, ec))
-      for (const char* name : kTokenizerFiles)
-        if (fs::is_regular_file(fs::path(tokenizer_dir) / name, ec)) tokenizer_files.push_back(fs::path(tokenizer_dir) / name);
-    if (tokenizer_files.empty())
-      throw UserError("--tokenizer: " + tokenizer_dir + " holds no tokenizer file (tokenizer.json, vocab.json, ...)");
-  }
+  std::vector<fs::path> tokenizer_paths;
+  if (!tokenizer_dir.empty())
+    for (const auto& f : tokenizer_files(tokenizer_dir, "--tokenizer")) tokenizer_paths.emplace_back(f);
   const fs::path parent = out.parent_path();
   if (!fs::is_directory(parent, ec)) throw UserError(out_dir + ": parent directory " + parent.string() + " does not exist");
   std::string temp_name = ".";
@@ -127,7 +133,7 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
       tensors.push_back({"transformer." + hn.name, {cols, rows}, t.data()});
     }
     write_safetensors((temp / "model.safetensors").string(), tensors, {{"format", "pt"}});
-    for (const auto& f : tokenizer_files) {
+    for (const auto& f : tokenizer_paths) {
       fs::copy_file(f, temp / f.filename(), ec);
       if (ec) throw UserError(f.string() + ": cannot copy: " + ec.message());
     }

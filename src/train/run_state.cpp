@@ -55,6 +55,12 @@ void check_output_directory(const config::Config& cfg, const RunPaths& paths, co
       throw UserError("base_output_directory: " + paths.metrics_path + " exists and is not a file");
     if (fs::exists(paths.checkpoint_dir, ec) && !fs::is_directory(paths.checkpoint_dir, ec))
       throw UserError("base_output_directory: " + paths.checkpoint_dir + " exists and is not a directory");
+    if (cfg.hf_export) {
+      const std::string hf_dir = paths.run_dir + "/hf";
+      if (fs::exists(hf_dir, ec) && !fs::is_directory(hf_dir, ec))
+        throw UserError("hf_export: " + hf_dir + " exists and is not a directory");
+      if (!cfg.hf_export_tokenizer.empty()) hf::tokenizer_files(cfg.hf_export_tokenizer, "hf_export_tokenizer");
+    }
   });
 }
 
@@ -135,6 +141,15 @@ void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const mod
   const auto path = checkpoint::save(paths.checkpoint_dir, model.layout(), model.params_to_host(), m, v, state);
   checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
   log::info("checkpoint %s", path.c_str());
+}
+
+void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model) {
+  const std::string hf_dir = paths.run_dir + "/hf";
+  std::error_code ec;
+  fs::remove_all(hf_dir, ec);  // an earlier end of this run; the new final checkpoint supersedes it
+  if (ec) throw UserError("hf_export: cannot replace " + hf_dir + ": " + ec.message());
+  hf::export_hf(hf_dir, model.dims(), model.layout(), model.params_to_host(), cfg.hf_export_tokenizer);
+  log::info("hugging face model %s", hf_dir.c_str());
 }
 
 }  // namespace sftdp::train

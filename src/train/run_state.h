@@ -37,4 +37,8 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
 void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model,
                      const optim::AdamW& opt, checkpoint::TrainState state);
 
+// Rank 0 only (hf_export): the current parameters as a Hugging Face GPT-2 directory
+// <run_dir>/hf/ (hf::export_hf, as sft_export writes it), replacing an earlier one.
+void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model);
+
 }  // namespace sftdp::train

@@ -175,6 +175,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     comm.allreduce_sum_host(&stop, 1);
     const bool periodic = cfg.checkpoint_period > 0 && state.step % cfg.checkpoint_period == 0;
     if (comm.rank() == 0 && (periodic || last || stop > 0)) save_checkpoint(cfg, paths, model, opt, state);
+    if (comm.rank() == 0 && last && cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, paths, model); });
     if (stop > 0 && !last) {
       comm.barrier();
       log::info("stop signal received: checkpoint at step %lld written; resubmit to continue",

@@ -153,6 +153,49 @@ def test_export_loads_in_transformers_bitwise_round_trip(env, note):
     assert abs(evals[-1]["eval_loss"] - hf_eval) / hf_eval <= 1e-5, (evals[-1], hf_eval)
 
 
+def test_hf_export_at_end_of_training(env, note):
+    """hf_export: true makes sft_train (2 ranks; rank 0 writes) leave <run_dir>/hf/ after the final
+    checkpoint: transformers loads it with the final checkpoint's logits, its safetensors equal
+    sft_export's of that checkpoint bit for bit, and a longer resumed run replaces it."""
+    d, model, base = env
+    os.makedirs(f"{d}/tok_end", exist_ok=True)
+    json.dump({"model_max_length": T}, open(f"{d}/tok_end/tokenizer_config.json", "w"))
+    run = dict(base, steps=2, run_name="end", learning_rate=1e-2)
+    # Bad tokenizer sources are set-up errors: exit 2 naming the key, no run directory written.
+    for over, key in [({"hf_export_tokenizer": f"{d}/tok_end"}, "hf_export_tokenizer: is set but hf_export"),
+                      ({"hf_export": True, "hf_export_tokenizer": f"{d}/no_such_tok"}, "hf_export_tokenizer: ")]:
+        p = run_train(write_config(f"{d}/end_bad.yml", **run, **over), check=False)
+        assert p.returncode == 2 and key in p.stderr, p.stderr
+        assert not os.path.exists(f"{d}/out/end")
+    cfg = write_config(f"{d}/end.yml", **run, hf_export=True, hf_export_tokenizer=f"{d}/tok_end")
+    run_train(cfg, np_=2)
+    out = f"{d}/out/end"
+    assert sorted(os.listdir(f"{out}/hf")) == ["config.json", "generation_config.json", "model.safetensors",
+                                               "tokenizer_config.json"]
+    ckpt = f"{out}/checkpoints/step_2.h5"
+    assert subprocess.run([SFT_EXPORT, ckpt, f"{d}/end_export"]).returncode == 0
+    ours, theirs = load_file(f"{out}/hf/model.safetensors"), load_file(f"{d}/end_export/model.safetensors")
+    assert set(ours) == set(theirs) and all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(f"{out}/hf").eval().double()
+    params = {k: torch.tensor(np.float64(v)) for k, v in read_params(ckpt).items()}
+    assert not np.array_equal(params["wte"].numpy(), spec_of_hf(model.state_dict())["wte"])  # trained
+    ids = torch.randint(0, V, (3, T), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        got = loaded(ids).logits
+    want = logits_of(params, L, NH, ids, None, torch.arange(T).expand(3, T))
+    err = float((got - want).abs().max() / want.abs().max())
+    note(f"test_hf_gpt2: hf_export at the end of training: logits vs the final checkpoint's max rel {err:.1e}")
+    assert err <= 1e-10
+
+    # Resumed for one more step: hf/ is replaced by the step-3 model.
+    run_train(write_config(f"{d}/end3.yml", **dict(run, steps=3), hf_export=True))
+    assert sorted(os.listdir(f"{out}/hf")) == ["config.json", "generation_config.json", "model.safetensors"]
+    p3 = read_params(f"{out}/checkpoints/step_3.h5")
+    wte = load_file(f"{out}/hf/model.safetensors")["transformer.wte.weight"].numpy()
+    assert np.array_equal(wte, p3["wte"])
+
+
 def test_fp16_bf16_load(env):
     d, model, base = env
     for dtype, tag in [(torch.float16, "f16"), (torch.bfloat16, "bf16")]:
