@@ -28,22 +28,12 @@ import transformers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from harness import make_data  # noqa: E402
+from harness import make_data, spec_of_hf_gpt2  # noqa: E402
 
 
 def spec_params(sd, L):
-    """SPEC §5 tensors of an HF GPT-2 state dict (Conv1D [in, out] -> SPEC [out, in])."""
-    sd = {k.removeprefix("transformer."): v.numpy() for k, v in sd.items()}
-    out = {"wte": sd["wte.weight"], "wpe": sd["wpe.weight"], "ln_f.weight": sd["ln_f.weight"],
-           "ln_f.bias": sd["ln_f.bias"]}
-    for l in range(L):
-        h = f"h.{l}."
-        for spec, hf in [("ln_1", "ln_1"), ("ln_2", "ln_2"), ("attn.qkv", "attn.c_attn"),
-                         ("attn.proj", "attn.c_proj"), ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")]:
-            w = sd[h + hf + ".weight"]
-            out[h + spec + ".weight"] = w.T if w.ndim == 2 else w
-            out[h + spec + ".bias"] = sd[h + hf + ".bias"]
-    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+    """SPEC §5 float32 tensors of an HF GPT-2 state dict."""
+    return {k: v.astype(np.float32) for k, v in spec_of_hf_gpt2(sd, L).items()}
 
 
 def time_to_initial_params(sft_train, config):

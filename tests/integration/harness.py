@@ -178,3 +178,19 @@ def world_rank(pid):
     except OSError:
         pass
     return None
+
+
+def spec_of_hf_gpt2(sd, L):
+    """SPEC §5 tensors (numpy) of an L-layer Hugging Face GPT-2 state dict, names with or without
+    "transformer." (Conv1D [in, out] -> SPEC [out, in]); values as given (torch or numpy)."""
+    sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
+    out = {"wte": sd["wte.weight"], "wpe": sd["wpe.weight"], "ln_f.weight": sd["ln_f.weight"],
+           "ln_f.bias": sd["ln_f.bias"]}
+    for l in range(L):
+        h = f"h.{l}."
+        for spec, hf in [("ln_1", "ln_1"), ("ln_2", "ln_2"), ("attn.qkv", "attn.c_attn"),
+                         ("attn.proj", "attn.c_proj"), ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")]:
+            w = sd[h + hf + ".weight"]
+            out[h + spec + ".weight"] = w.T if w.ndim == 2 else w
+            out[h + spec + ".bias"] = sd[h + hf + ".bias"]
+    return {k: np.ascontiguousarray(np.asarray(v)) for k, v in out.items()}

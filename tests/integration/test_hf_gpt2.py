@@ -19,7 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness import BUILD, make_data, read_metrics, read_params, run_train, write_config
+from harness import (BUILD, make_data, read_metrics, read_params, run_train, spec_of_hf_gpt2,
+                     write_config)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../model"))
 from reference_gpt2 import logits_of  # noqa: E402
@@ -30,18 +31,8 @@ L, NH, C, V, T = 2, 2, 32, 64, 16
 
 
 def spec_of_hf(sd):
-    """SPEC §5 tensors (numpy) of an HF GPT-2 state dict (names with or without "transformer.")."""
-    sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
-    out = {"wte": sd["wte.weight"], "wpe": sd["wpe.weight"], "ln_f.weight": sd["ln_f.weight"],
-           "ln_f.bias": sd["ln_f.bias"]}
-    for l in range(L):
-        h = f"h.{l}."
-        for spec, hf in [("ln_1", "ln_1"), ("ln_2", "ln_2"), ("attn.qkv", "attn.c_attn"),
-                         ("attn.proj", "attn.c_proj"), ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")]:
-            w = sd[h + hf + ".weight"]
-            out[h + spec + ".weight"] = w.T if w.ndim == 2 else w
-            out[h + spec + ".bias"] = sd[h + hf + ".bias"]
-    return {k: np.ascontiguousarray(np.asarray(v)) for k, v in out.items()}
+    """SPEC §5 tensors (numpy) of this file's L-layer HF GPT-2 state dict."""
+    return spec_of_hf_gpt2(sd, L)
 
 
 def hf_model(seed=0):
