@@ -4,6 +4,8 @@
 // tokens in ascending b·T + t), then one block row per distinct id adds its tokens' gradients to
 // the table row in that order. Each (row, c) sees the same additions in the same order as the CPU
 // twin's plain loop. The bucketing synchronises the stream once per call (the last op of backward).
+// wpe == nullptr (Llama family, no learned positions): token embeddings only; backward then takes
+// dwpe == nullptr and neither reads pos nor builds position buckets.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -23,6 +25,10 @@ __global__ void encoder_fwd_kernel(float* out, const int32_t* inp, const int32_t
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t bt = i / C, c = i % C;
     const size_t token = static_cast<size_t>(inp[bt]);
+    if (wpe == nullptr) {
+      out[i] = wte[token * C + c];
+      continue;
+    }
     const size_t p = pos ? static_cast<size_t>(pos[bt]) : bt % T;
     out[i] = wte[token * C + c] + wpe[p * C + c];
   }
@@ -99,29 +105,31 @@ void encoder_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* inp
   // Static host buffers: reused across calls. Safe because the next call overwrites them only
   // after its own stream synchronisation, when this call's upload has completed.
   static std::vector<int32_t> tokens, positions, host;
+  const bool with_pos = dwpe != nullptr;
   tokens.resize(n);
   CHECK_CUDA(cudaMemcpyAsync(tokens.data(), inp, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  positions.resize(n);
-  if (pos) CHECK_CUDA(cudaMemcpyAsync(positions.data(), pos, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  positions.resize(with_pos ? n : 0);
+  if (with_pos && pos)
+    CHECK_CUDA(cudaMemcpyAsync(positions.data(), pos, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   CHECK_CUDA(cudaStreamSynchronize(stream));
-  if (!pos)
+  if (with_pos && !pos)
     for (size_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i % T);
   for (size_t i = 0; i < n; ++i) {
     SFTDP_ASSERT(tokens[i] >= 0, "encoder_bwd: negative token id at index " + std::to_string(i));
-    SFTDP_ASSERT(positions[i] >= 0, "encoder_bwd: negative position at index " + std::to_string(i));
+    if (with_pos) SFTDP_ASSERT(positions[i] >= 0, "encoder_bwd: negative position at index " + std::to_string(i));
   }
 
-  // Layout of `host` (and of its device copy): token buckets, then position buckets, each
-  // order (n) | starts (n + 1) | rows (n).
+  // Layout of `host` (and of its device copy): token buckets, then (with dwpe) position buckets,
+  // each order (n) | starts (n + 1) | rows (n).
   const size_t per_table = 3 * n + 1;
-  host.resize(2 * per_table);
+  host.resize((with_pos ? 2 : 1) * per_table);
   const int U_tok = build_buckets(tokens, host, 0, n, 2 * n + 1);
-  const int U_pos = build_buckets(positions, host, per_table, per_table + n, per_table + 2 * n + 1);
+  const int U_pos = with_pos ? build_buckets(positions, host, per_table, per_table + n, per_table + 2 * n + 1) : 0;
   int32_t* dev = scratch_as<int32_t>(Scratch::kEncoderBuckets, host.size());
   CHECK_CUDA(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
 
   scatter_add(dwte, dout, dev, 0, n, 2 * n + 1, U_tok, C, stream);
-  scatter_add(dwpe, dout, dev, per_table, per_table + n, per_table + 2 * n + 1, U_pos, C, stream);
+  if (with_pos) scatter_add(dwpe, dout, dev, per_table, per_table + n, per_table + 2 * n + 1, U_pos, C, stream);
 }
 
 }  // namespace sftdp::cuda
