@@ -117,8 +117,9 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   const auto seg = packed_segments(B, T, 73);
   const int32_t* seg_host = segments ? seg.data() : nullptr;
   std::vector<float> out(BTC), att(ATT), dqkv(3 * BTC), datt(ATT);
-  cpu_ops().attention_fwd(out.data(), att.data(), qkv.data(), seg_host, B, T, C, NH);
-  cpu_ops().attention_bwd(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  const int HS = C / NH;  // multi-head attention: KVH = NH
+  cpu_ops().attention_fwd(out.data(), att.data(), qkv.data(), seg_host, B, T, NH, NH, HS);
+  cpu_ops().attention_bwd(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NH, HS);
 
   DeviceBuffer<float> d_qkv(*ops, qkv), d_dout(*ops, dout), d_out(*ops, BTC), d_att(*ops, ATT),
       d_dqkv(*ops, 3 * BTC), d_datt(*ops, ATT);
@@ -126,8 +127,8 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   const int32_t* seg_dev = segments ? d_seg.get() : nullptr;
   const Outputs got = run_twice_same_bits([&] {
     d_out.poison(); d_att.poison(); d_dqkv.poison(); d_datt.poison();
-    ops->attention_fwd(d_out.get(), d_att.get(), d_qkv.get(), seg_dev, B, T, C, NH);
-    ops->attention_bwd(d_dqkv.get(), d_datt.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH);
+    ops->attention_fwd(d_out.get(), d_att.get(), d_qkv.get(), seg_dev, B, T, NH, NH, HS);
+    ops->attention_bwd(d_dqkv.get(), d_datt.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, NH, NH, HS);
     return Outputs{d_out.download(), d_att.download(), d_dqkv.download()};
   });
   EXPECT_TRUE(close_rel(got[0], out, kGemmRel));
