@@ -126,10 +126,10 @@ int main() {
   linear("mlp.fc", C, F, bias.data());
   linear("mlp.proj", F, C, bias.data());
   row("attention_fwd (segments)", "B4 T64 NH4", L, 0, [&] {
-    cpu::attention_fwd(out.data(), att.data(), qkv.data(), seg.data(), B, T, C, NH);
+    cpu::attention_fwd(out.data(), att.data(), qkv.data(), seg.data(), B, T, NH, NH, C / NH);
   });
   row("attention_bwd", "B4 T64 NH4", L, 0, [&] {
-    cpu::attention_bwd(out2.data(), datt.data(), dx.data(), qkv.data(), att.data(), B, T, C, NH);
+    cpu::attention_bwd(out2.data(), datt.data(), dx.data(), qkv.data(), att.data(), B, T, NH, NH, C / NH);
   });
   row("gelu_fwd", nf, L, 0, [&] { cpu::gelu_fwd(out.data(), h.data(), h.size()); });
   row("gelu_bwd", nf, L, 0, [&] { cpu::gelu_bwd(out.data(), h.data(), dx.data(), h.size()); });

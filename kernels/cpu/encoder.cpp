@@ -1,5 +1,6 @@
 // kernels/cpu/encoder.cpp — token + position embedding, CPU twin (see kernels/encoder.h).
-// Legend: B batch, T seq, C channels, V vocab, maxT position-table rows.
+// Legend: B batch, T seq, C channels, V vocab, maxT position-table rows. wpe == nullptr (and
+// then dwpe == nullptr) means token embeddings only, with pos ignored.
 // Backward accumulates into dwte/dwpe (+=) channel-block by channel-block, each block visiting
 // the tokens in order, so every sum has one fixed order whatever the thread count.
 #include "kernels/encoder.h"
@@ -23,6 +24,10 @@ void encoder_fwd(float* out,                              // (B,T,C)
   for (int bt = 0; bt < BT; ++bt) {
     float* out_bt = out + static_cast<size_t>(bt) * C;
     const float* wte_ix = wte + static_cast<size_t>(inp[bt]) * C;
+    if (!wpe) {  // token embeddings only (no learned positions)
+      for (int c = 0; c < C; ++c) out_bt[c] = wte_ix[c];
+      continue;
+    }
     const float* wpe_p = wpe + static_cast<size_t>(position_of(pos, bt, bt % T)) * C;
     for (int c = 0; c < C; ++c) out_bt[c] = wte_ix[c] + wpe_p[c];
   }
@@ -40,6 +45,10 @@ void encoder_bwd(float* dwte, float* dwpe,                // (V,C) += ; (maxT,C)
     for (int bt = 0; bt < BT; ++bt) {  // tokens in order: a repeated token id sums in order
       const float* dout_bt = dout + static_cast<size_t>(bt) * C;
       float* dwte_ix = dwte + static_cast<size_t>(inp[bt]) * C;
+      if (!dwpe) {  // token embeddings only (no learned positions)
+        for (int c = c0; c < c1; ++c) dwte_ix[c] += dout_bt[c];
+        continue;
+      }
       float* dwpe_p = dwpe + static_cast<size_t>(position_of(pos, bt, bt % T)) * C;
       for (int c = c0; c < c1; ++c) {
         dwte_ix[c] += dout_bt[c];

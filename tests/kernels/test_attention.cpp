@@ -1,7 +1,9 @@
 // tests/kernels/test_attention.cpp — CPU attention twin: a hand case, the forward against an
 // fp64 reference (with and without packed segments), the backward against fp64 finite
 // differences, that a cross-segment pair has exactly zero probability and passes exactly zero
-// gradient, and bitwise determinism across thread counts.
+// gradient, and bitwise determinism across thread counts; for grouped-query attention (KVH < NH,
+// any HS) the same against a reference that repeats each k/v head over its query heads (as HF's
+// repeat_kv) and runs the multi-head reference, and that KVH == NH is multi-head attention.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -42,17 +44,45 @@ std::vector<double> attention_ref(const std::vector<double>& qkv, const int32_t*
   return out;
 }
 
+// GQA qkv rows [q (NH·HS) | k (KVH·HS) | v (KVH·HS)] -> multi-head rows [q | k | v], each
+// NH·HS wide, k/v head j repeated for query heads j·G .. j·G+G-1 (G = NH/KVH).
+std::vector<double> repeat_kv(const std::vector<double>& qkv, int BT, int NH, int KVH, int HS) {
+  const int G = NH / KVH, C = NH * HS;
+  const size_t QKV = size_t(NH + 2 * KVH) * HS;
+  std::vector<double> mha(size_t(BT) * 3 * C);
+  for (int bt = 0; bt < BT; ++bt) {
+    const double* src = &qkv[bt * QKV];
+    double* dst = &mha[size_t(bt) * 3 * C];
+    for (int c = 0; c < C; ++c) dst[c] = src[c];
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < HS; ++i) {
+        dst[C + h * HS + i] = src[C + (h / G) * HS + i];
+        dst[2 * C + h * HS + i] = src[C + KVH * HS + (h / G) * HS + i];
+      }
+  }
+  return mha;
+}
+std::vector<double> gqa_ref(const std::vector<double>& qkv, const int32_t* seg, int B, int T, int NH,
+                            int KVH, int HS) {
+  return attention_ref(repeat_kv(qkv, B * T, NH, KVH, HS), seg, B, T, NH * HS, NH);
+}
+
 struct Result {
   std::vector<float> out, att, dqkv;
 };
+Result run_gqa(const std::vector<float>& qkv, const int32_t* seg, const std::vector<float>& dout,
+               int B, int T, int NH, int KVH, int HS) {
+  Result r{std::vector<float>(size_t(B) * T * NH * HS, 7.f), std::vector<float>(size_t(B) * NH * T * T, 5.f),
+           std::vector<float>(qkv.size(), 9.f)};  // outputs start as garbage: all are overwritten
+  std::vector<float> datt(r.att.size());
+  cpu::attention_fwd(r.out.data(), r.att.data(), qkv.data(), seg, B, T, NH, KVH, HS);
+  cpu::attention_bwd(r.dqkv.data(), datt.data(), dout.data(), qkv.data(), r.att.data(), B, T, NH, KVH, HS);
+  return r;
+}
+// Multi-head attention (GPT-2): KVH = NH, HS = C/NH.
 Result run_cpu(const std::vector<float>& qkv, const int32_t* seg, const std::vector<float>& dout,
                int B, int T, int C, int NH) {
-  Result r{std::vector<float>(size_t(B) * T * C), std::vector<float>(size_t(B) * NH * T * T),
-           std::vector<float>(qkv.size(), 9.f)};  // dqkv starts as garbage: it is overwritten
-  std::vector<float> datt(r.att.size());
-  cpu::attention_fwd(r.out.data(), r.att.data(), qkv.data(), seg, B, T, C, NH);
-  cpu::attention_bwd(r.dqkv.data(), datt.data(), dout.data(), qkv.data(), r.att.data(), B, T, C, NH);
-  return r;
+  return run_gqa(qkv, seg, dout, B, T, NH, NH, C / NH);
 }
 
 TEST(Attention, HandCase) {
@@ -60,7 +90,7 @@ TEST(Attention, HandCase) {
   const std::vector<float> qkv = {0.3f, -0.2f, 0, 0, 4, 0,   // t=0: q0 k0 v0
                                   1, 0, k1, 0, 0, 8};        // t=1: q1 k1 v1
   std::vector<float> out(4), att(4);
-  cpu::attention_fwd(out.data(), att.data(), qkv.data(), nullptr, 1, 2, 2, 1);
+  cpu::attention_fwd(out.data(), att.data(), qkv.data(), nullptr, 1, 2, 1, 1, 2);
   EXPECT_TRUE(allclose(to_f64(att), {1, 0, 0.25, 0.75}, 1e-6, 1e-6));
   EXPECT_TRUE(allclose(to_f64(out), {4, 0, 1, 6}, 1e-5, 1e-6));
 }
@@ -71,7 +101,7 @@ TEST(Attention, ForwardMatchesFp64Reference) {
   const std::vector<int32_t> seg = {1, 1, 1, 2, 2, 3, 3, 3, 0,  0, 1, 1, 1, 1, 2, 2, 0, 0};
   for (const int32_t* s : {static_cast<const int32_t*>(nullptr), seg.data()}) {
     std::vector<float> out(size_t(B) * T * C), att(size_t(B) * NH * T * T, 5.f);
-    cpu::attention_fwd(out.data(), att.data(), qkv.data(), s, B, T, C, NH);
+    cpu::attention_fwd(out.data(), att.data(), qkv.data(), s, B, T, NH, NH, C / NH);
     EXPECT_TRUE(allclose(to_f64(out), attention_ref(to_f64(qkv), s, B, T, C, NH), 1e-5, 1e-5))
         << (s ? "segments" : "no segments");
     for (int bh = 0; bh < B * NH; ++bh)  // above the diagonal: exactly 0
@@ -179,9 +209,106 @@ TEST(Attention, CudaTestToleranceIsSound) {
     const auto seg = packed_segments(c.B, c.T, 73);
     const int32_t* s = c.segments ? seg.data() : nullptr;
     std::vector<float> out(BTC), att(size_t(c.B) * c.NH * c.T * c.T);
-    cpu::attention_fwd(out.data(), att.data(), qkv.data(), s, c.B, c.T, c.C, c.NH);
+    cpu::attention_fwd(out.data(), att.data(), qkv.data(), s, c.B, c.T, c.NH, c.NH, c.C / c.NH);
     EXPECT_TRUE(allclose(att, probabilities_fp64(qkv, s, c.B, c.T, c.C, c.NH), kSoftmaxAtol / 2, kSoftmaxRtol / 2));
   }
+}
+
+// ---- grouped-query attention (KVH < NH; HS free, not C/NH) ----
+
+struct GqaShape {
+  int B, T, NH, KVH, HS;
+};
+std::string shape_str(const GqaShape& c) {
+  return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " NH=" + std::to_string(c.NH) +
+         " KVH=" + std::to_string(c.KVH) + " HS=" + std::to_string(c.HS);
+}
+size_t qkv_size(const GqaShape& c) { return size_t(c.B) * c.T * (c.NH + 2 * c.KVH) * c.HS; }
+
+TEST(Attention, GroupedQueryForwardMatchesFp64Reference) {
+  for (const GqaShape& c : {GqaShape{2, 9, 4, 2, 5}, GqaShape{1, 12, 6, 1, 7}, GqaShape{2, 6, 8, 2, 16}}) {
+    SCOPED_TRACE(shape_str(c));
+    const auto qkv = uniform(qkv_size(c), 121, -2.f, 2.f);
+    const auto seg = packed_segments(c.B, c.T, 122);
+    for (const int32_t* s : {static_cast<const int32_t*>(nullptr), seg.data()}) {
+      const Result r = run_gqa(qkv, s, std::vector<float>(size_t(c.B) * c.T * c.NH * c.HS, 0.f), c.B, c.T,
+                               c.NH, c.KVH, c.HS);
+      EXPECT_TRUE(allclose(to_f64(r.out), gqa_ref(to_f64(qkv), s, c.B, c.T, c.NH, c.KVH, c.HS), 1e-5, 1e-5))
+          << (s ? "segments" : "no segments");
+      for (int bh = 0; bh < c.B * c.NH; ++bh)  // above the diagonal: exactly 0
+        for (int t = 0; t < c.T; ++t)
+          for (int t2 = t + 1; t2 < c.T; ++t2) ASSERT_EQ(r.att[(size_t(bh) * c.T + t) * c.T + t2], 0.f);
+    }
+  }
+}
+
+// dqkv starts as garbage (overwritten); a k/v head's gradient sums those of its query heads.
+void check_gqa_backward(const GqaShape& c, const int32_t* seg) {
+  SCOPED_TRACE(shape_str(c));
+  const auto qkv = uniform(qkv_size(c), 131, -1.5f, 1.5f);
+  const auto dout = uniform(size_t(c.B) * c.T * c.NH * c.HS, 132);
+  const Result r = run_gqa(qkv, seg, dout, c.B, c.T, c.NH, c.KVH, c.HS);
+  auto qkv64 = to_f64(qkv);
+  const auto dout64 = to_f64(dout);
+  auto loss = [&] { return dot(dout64, gqa_ref(qkv64, seg, c.B, c.T, c.NH, c.KVH, c.HS)); };
+  EXPECT_TRUE(allclose(to_f64(r.dqkv), central_diff(qkv64, loss), 1e-5, 1e-4));
+}
+TEST(Attention, GroupedQueryBackwardMatchesFiniteDifferences) {
+  check_gqa_backward({2, 5, 4, 2, 3}, nullptr);
+  check_gqa_backward({1, 6, 3, 1, 4}, nullptr);
+}
+TEST(Attention, GroupedQueryBackwardWithSegmentsMatchesFiniteDifferences) {
+  const std::vector<int32_t> seg = {1, 1, 2, 2, 2, 1, 2, 1, 2, 0};  // interleaved in row 1
+  check_gqa_backward({2, 5, 4, 2, 3}, seg.data());
+  check_gqa_backward({2, 5, 6, 3, 2}, seg.data());
+}
+
+// The kernel on GQA rows against the same kernel, as multi-head attention, on the rows with each
+// k/v head repeated over its query heads: the forward and dq are the same computation (bitwise);
+// dk and dv are the sums of the repeated heads' gradients.
+TEST(Attention, GroupedQueryEqualsMultiHeadOnRepeatedKeysAndValues) {
+  const int B = 2, T = 17, NH = 6, KVH = 2, HS = 12, G = NH / KVH, C = NH * HS;
+  const size_t QKV = size_t(NH + 2 * KVH) * HS;
+  const auto qkv = uniform(size_t(B) * T * QKV, 141, -2.f, 2.f);
+  const auto dout = uniform(size_t(B) * T * C, 142);
+  const auto seg = packed_segments(B, T, 143);
+  const auto rep64 = repeat_kv(to_f64(qkv), B * T, NH, KVH, HS);
+  const std::vector<float> rep(rep64.begin(), rep64.end());  // exact: copies of floats
+  const Result g = run_gqa(qkv, seg.data(), dout, B, T, NH, KVH, HS);
+  const Result m = run_gqa(rep, seg.data(), dout, B, T, NH, NH, HS);
+  EXPECT_TRUE(bitwise_equal(g.out, m.out));
+  EXPECT_TRUE(bitwise_equal(g.att, m.att));
+  std::vector<float> dq_g, dq_m;
+  std::vector<double> dkv_g, dkv_sum;
+  for (int bt = 0; bt < B * T; ++bt) {
+    dq_g.insert(dq_g.end(), &g.dqkv[bt * QKV], &g.dqkv[bt * QKV + C]);
+    dq_m.insert(dq_m.end(), &m.dqkv[size_t(bt) * 3 * C], &m.dqkv[size_t(bt) * 3 * C + C]);
+    for (int part = 1; part <= 2; ++part)  // k, then v
+      for (int j = 0; j < KVH; ++j)
+        for (int i = 0; i < HS; ++i) {
+          dkv_g.push_back(g.dqkv[bt * QKV + C + size_t(part - 1) * KVH * HS + j * HS + i]);
+          double sum = 0;
+          for (int h = j * G; h < (j + 1) * G; ++h) sum += m.dqkv[size_t(bt) * 3 * C + part * C + h * HS + i];
+          dkv_sum.push_back(sum);
+        }
+  }
+  EXPECT_TRUE(bitwise_equal(dq_g, dq_m));
+  EXPECT_TRUE(allclose(dkv_g, dkv_sum, 1e-6, 1e-5));
+}
+
+TEST(Attention, GroupedQueryIsBitwiseIdenticalForOneAndTwoThreads) {
+  const int B = 2, T = 64, NH = 8, KVH = 2, HS = 32;
+  const auto qkv = uniform(size_t(B) * T * (NH + 2 * KVH) * HS, 151);
+  const auto dout = uniform(size_t(B) * T * NH * HS, 152);
+  const auto seg = packed_segments(B, T, 153);
+  auto run = [&](int threads) {
+    Result r;
+    with_threads(threads, [&] { r = run_gqa(qkv, seg.data(), dout, B, T, NH, KVH, HS); });
+    r.out.insert(r.out.end(), r.att.begin(), r.att.end());
+    r.out.insert(r.out.end(), r.dqkv.begin(), r.dqkv.end());
+    return r.out;
+  };
+  EXPECT_TRUE(bitwise_equal(run(1), run(2)));
 }
 
 }  // namespace

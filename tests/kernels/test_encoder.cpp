@@ -1,6 +1,6 @@
 // tests/kernels/test_encoder.cpp — CPU encoder twin: a hand case, explicit positions, the
-// gradient against fp64 finite differences (with repeated tokens), += accumulation, and bitwise
-// determinism across thread counts.
+// gradient against fp64 finite differences (with repeated tokens), += accumulation, bitwise
+// determinism across thread counts, and token embeddings only when wpe (and dwpe) is null.
 #include <cstdint>
 #include <vector>
 
@@ -86,6 +86,32 @@ TEST(Encoder, BackwardIsBitwiseIdenticalForOneAndTwoThreads) {
     return dwte;
   };
   EXPECT_TRUE(bitwise_equal(run(1), run(2)));
+}
+
+// Llama family: no learned positions. out = wte[inp] exactly, whatever pos says.
+TEST(Encoder, NullWpeGivesTokenEmbeddingsOnly) {
+  const int B = 2, T = 3, C = 5, V = 4;
+  const std::vector<int32_t> inp = {3, 0, 3, 1, 2, 1}, pos = {9, 9, 9, 9, 9, 9};  // pos is ignored
+  const auto wte = uniform(V * C, 41);
+  for (const int32_t* p : {static_cast<const int32_t*>(nullptr), pos.data()}) {
+    std::vector<float> out(B * T * C, -1.f), want;
+    cpu::encoder_fwd(out.data(), inp.data(), p, wte.data(), nullptr, B, T, C);
+    for (int bt = 0; bt < B * T; ++bt) want.insert(want.end(), &wte[inp[bt] * C], &wte[inp[bt] * C + C]);
+    EXPECT_TRUE(bitwise_equal(out, want));
+  }
+}
+
+TEST(Encoder, NullDwpeBackwardAccumulatesTokenGradientsOnly) {
+  const int B = 2, T = 4, C = 3, V = 5;
+  const std::vector<int32_t> inp = {1, 3, 1, 1, 0, 3, 4, 1};
+  const auto wte = uniform(V * C, 42), dout = uniform(B * T * C, 43), dwte0 = uniform(V * C, 44);
+  std::vector<float> dwte = dwte0;
+  cpu::encoder_bwd(dwte.data(), nullptr, dout.data(), inp.data(), nullptr, B, T, C);
+  auto wte64 = to_f64(wte);
+  const std::vector<double> no_positions(size_t(T) * C, 0.0);  // wpe = 0: the same function
+  const auto dout64 = to_f64(dout);
+  auto loss = [&] { return dot(dout64, encoder_ref(inp, nullptr, wte64, no_positions, B, T, C)); };
+  EXPECT_TRUE(allclose(added(dwte, dwte0), central_diff(wte64, loss), 1e-6, 1e-6));
 }
 
 }  // namespace
