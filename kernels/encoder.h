@@ -1,5 +1,7 @@
 // kernels/encoder.h — token + position embedding. Legend: B batch, T seq, C channels,
 // V vocab, maxT rows of the position table. pos == nullptr means positions 0..T-1.
+// wpe == nullptr (Llama family: no learned positions) means token embeddings only; then
+// encoder_bwd takes dwpe == nullptr and pos is ignored.
 // Accumulation: parameter grads (dwte, dwpe) +=. Deterministic: every sum in a fixed order.
 #pragma once
 #include <cstdint>

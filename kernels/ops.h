@@ -17,6 +17,9 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 
 namespace sftdp {
 
@@ -46,6 +49,14 @@ struct Ops {
   decltype(&cpu::gelu_fwd) gelu_fwd;
   decltype(&cpu::gelu_bwd) gelu_bwd;
   decltype(&cpu::residual_fwd) residual_fwd;
+  decltype(&cpu::rmsnorm_fwd) rmsnorm_fwd;
+  decltype(&cpu::rmsnorm_bwd) rmsnorm_bwd;
+  decltype(&cpu::qk_rmsnorm_fwd) qk_rmsnorm_fwd;
+  decltype(&cpu::qk_rmsnorm_bwd) qk_rmsnorm_bwd;
+  decltype(&cpu::rope_fwd) rope_fwd;
+  decltype(&cpu::rope_bwd) rope_bwd;
+  decltype(&cpu::swiglu_fwd) swiglu_fwd;
+  decltype(&cpu::swiglu_bwd) swiglu_bwd;
   decltype(&cpu::cross_entropy_fwd_bwd) cross_entropy_fwd_bwd;
   decltype(&cpu::adamw_update) adamw_update;
   decltype(&cpu::sum_squares) sum_squares;

@@ -34,6 +34,13 @@ struct Config {
   std::string model_name = "gpt2-tiny";  // preset; explicit dimensions below override it
   int64_t num_decoder_layers = -1, num_heads = -1, emb_dim = -1, mlp_dim = -1, vocab_size = -1;
   int64_t max_position_embeddings = -1;  // rows of wpe; preset value or max_target_length
+  // Decoder family (SPEC §5); "" = the preset's (gpt2 without a preset): gpt2|llama|qwen2|qwen3
+  std::string decoder_block;
+  int64_t num_kv_heads = -1;  // grouped-query attention; -1 = preset's, else num_heads
+  int64_t head_dim = -1;      // -1 = preset's, else emb_dim / num_heads
+  double rms_norm_eps = -1;   // RMSNorm epsilon; -1 (null) = preset's, else 1e-5
+  double rope_theta = -1;     // RoPE base; -1 (null) = preset's, else 10000
+  std::string tie_word_embeddings;  // "" = preset's (else true) | true | false
   std::string load_parameters_path;      // HDF5 with /params (SPEC §5); empty = seeded init
   std::string weight_dtype = "float32";  // float32 | bfloat16 (bfloat16: GPU only)
   std::string dtype = "float32";         // activations/GEMM inputs: float32 | bfloat16 (GPU only)
@@ -66,10 +73,39 @@ Config from_yaml_text(const std::string& yaml, const std::vector<std::string>& o
 // sft_train's argv: CONFIG.yml [key=value ...]. Throws UserError on bad usage.
 Config from_args(int argc, char** argv);
 
-// Model dimensions after presets and explicit overrides.
+// The decoder block family (SPEC §5): GPT-2 (LayerNorm, learned positions, GELU MLP, tied head)
+// or Llama (RMSNorm, RoPE, SwiGLU MLP, grouped-query attention), which also covers Mistral-class
+// models, Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorm).
+enum class Block { kGpt2, kLlama };
+
+// Llama-3 "llama3" RoPE frequency scaling (HF rope_scaling); off for every other model.
+struct RopeScaling {
+  bool llama3 = false;
+  double factor = 8, low_freq_factor = 1, high_freq_factor = 4;
+  int original_max_positions = 8192;
+};
+
+// Model dimensions after presets and explicit overrides. The members after maxT only matter for
+// Block::kLlama (GPT-2: KVH = NH, HS = C/NH, no biases beyond its own, tied head).
 struct ModelDims {
   int L = 0, NH = 0, C = 0, F = 0, V = 0, maxT = 0;
+  Block block = Block::kGpt2;
+  int KVH = 0;              // key/value heads; 0 = NH
+  int HS = 0;               // head size; 0 = C/NH (Qwen3 sets its own)
+  bool qkv_bias = false;    // Qwen2: q/k/v projections have biases
+  bool qk_norm = false;     // Qwen3: RMSNorm of every q and k head before RoPE
+  bool tied = true;         // LM head is wte (else its own lm_head.weight)
+  double norm_eps = 1e-5;   // RMSNorm epsilon
+  double rope_theta = 10000;
+  RopeScaling rope_scaling{};
+
+  int kv_heads() const { return KVH ? KVH : NH; }
+  int head_size() const { return HS ? HS : C / NH; }
+  int qkv_dim() const { return (NH + 2 * kv_heads()) * head_size(); }  // fused q|k|v rows
+  int attn_dim() const { return NH * head_size(); }                    // attention output rows
 };
+// "gpt2" | "llama" | "qwen2" | "qwen3": the decoder_block value that describes d.
+std::string block_name(const ModelDims& d);
 ModelDims model_dims(const Config& cfg);
 // Known preset names (gpt2-tiny, gpt2-124m, ...).
 std::vector<std::string> preset_names();

@@ -1,10 +1,14 @@
-// sftdp/model.h — GPT-2 (SPEC §5) on any device through the Ops table. Parameters live in one
-// flat buffer, >= 2-D weights first (they take weight decay), then vectors. The gradient buffer
-// has the same layout plus two trailing floats: [P] = loss sum, [P+1] = weight sum, so one
-// allreduce carries gradient sums and both counts (SPEC §1).
+// sftdp/model.h — decoder-only transformers (SPEC §5) on any device through the Ops table: GPT-2
+// blocks and Llama-family blocks (RMSNorm, RoPE, SwiGLU, grouped-query attention; Qwen2 q/k/v
+// biases, Qwen3 q/k norm, tied or untied head), picked by ModelDims::block. Parameters live in
+// one flat buffer, >= 2-D weights first (they take weight decay), then vectors. The gradient
+// buffer has the same layout plus two trailing floats: [P] = loss sum, [P+1] = weight sum, so one
+// allreduce carries gradient sums and both counts (SPEC §1). The trainer, optimiser, checkpoints
+// and evaluation see only Model; the families differ in their layout and their two passes.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,23 +37,32 @@ struct ParamLayout {
 };
 
 ParamLayout gpt2_layout(const config::ModelDims& d);
+// Llama family: wte, per layer ln_1, attn.qkv (+bias: Qwen2), attn.q_norm/k_norm (Qwen3),
+// attn.proj, ln_2, mlp.fc (gate rows then up rows), mlp.proj; ln_f; lm_head when untied.
+ParamLayout llama_layout(const config::ModelDims& d);
+// The layout of d's family.
+ParamLayout param_layout(const config::ModelDims& d);
 
-// GPT-2 initialisation into a host buffer of layout.total floats: weights N(0, 0.02), the two
-// residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. Deterministic in seed.
+// Seeded initialisation into a host buffer of layout.total floats, deterministic in seed.
+// GPT-2: weights N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)), biases 0,
+// LayerNorm weights 1. Llama family: weights N(0, 0.02) (HF initializer_range), biases 0,
+// RMSNorm weights 1.
 void init_params(std::vector<float>& params, const ParamLayout& layout,
                  const config::ModelDims& d, uint64_t seed);
+
+// RoPE inverse frequencies (HS/2 floats): theta^(−2i/HS), with Llama-3 "llama3" scaling when
+// d.rope_scaling.llama3 (HF's _compute_llama3_parameters), computed in fp32 as HF does.
+std::vector<float> rope_inv_freq(const config::ModelDims& d);
 
 struct LossSums {
   double loss_sum = 0, weight_sum = 0;
 };
 
-class Gpt2 {
+class Model {
  public:
-  // max_B rows of T tokens per micro-batch; activations are sized for that once.
-  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T);
-  ~Gpt2();
-  Gpt2(const Gpt2&) = delete;
-  Gpt2& operator=(const Gpt2&) = delete;
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
   const ParamLayout& layout() const { return layout_; }
   const config::ModelDims& dims() const { return d_; }
@@ -69,21 +82,69 @@ class Gpt2 {
   // Forward only: the micro-batch's loss sum and weight sum.
   LossSums forward(const data::Batch& batch);
 
- private:
-  struct Acts;
-  void upload(const data::Batch& b);
-  void run_forward(int B);
-  void run_backward(int B);
+ protected:
+  // The micro-batch on the device, shared by both families' passes.
+  struct Io {
+    int32_t *inputs, *targets, *segments, *positions;  // (N) each
+    float *weights;                                    // (N)
+    float *logits;                                     // (N,V); dlogits in place in backward
+    float *eval_sums;                                  // (2)
+    bool has_segments = false, has_positions = false;
+    const int32_t* seg() const { return has_segments ? segments : nullptr; }
+    const int32_t* pos() const { return has_positions ? positions : nullptr; }
+  };
+  Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout);
+  // Device memory owned by the model, zero-filled, freed with it.
+  float* alloc_floats(size_t n);
+  int32_t* alloc_ints(size_t n);
+  // Fills io_.logits for B rows from params_ and io_ (the family's forward pass).
+  virtual void run_forward(int B) = 0;
+  // io_.logits holds dlogits: gradient sums += (the family's backward pass).
+  virtual void run_backward(int B) = 0;
 
   config::ModelDims d_;
   const Ops& ops_;
   int max_B_, T_;
   ParamLayout layout_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  Io io_{};
+
+ private:
+  void upload(const data::Batch& b);
+  std::vector<void*> owned_;
+};
+
+// The model of d's family, with activations for max_B rows of T tokens.
+std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T);
+
+class Gpt2 final : public Model {
+ public:
+  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T);
+  ~Gpt2() override;
+
+ private:
+  struct Acts;
+  void run_forward(int B) override;
+  void run_backward(int B) override;
   // Offsets (in floats) of the tensors the passes touch, looked up by name once, not per pass.
   std::vector<std::array<size_t, 12>> layer_offsets_;  // per layer: ln_1 w,b, qkv w,b, proj w,b, ln_2 w,b, fc w,b, mlp.proj w,b
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
+  Acts* acts_ = nullptr;
+};
+
+class Llama final : public Model {
+ public:
+  Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T);
+  ~Llama() override;
+
+ private:
+  struct Acts;
+  void run_forward(int B) override;
+  void run_backward(int B) override;
+  // Per layer: ln_1, qkv w, qkv b, q_norm, k_norm, proj, ln_2, fc, mlp.proj (absent: SIZE_MAX).
+  std::vector<std::array<size_t, 9>> layer_offsets_;
+  size_t wte_ = 0, lnf_ = 0, head_ = 0;  // head_ = wte_ when tied
   Acts* acts_ = nullptr;
 };
 

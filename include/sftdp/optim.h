@@ -22,7 +22,7 @@ struct StepStats {
 
 class AdamW {
  public:
-  AdamW(model::Gpt2& model);
+  AdamW(model::Model& model);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -36,7 +36,7 @@ class AdamW {
   StepStats apply(const config::Config& cfg, double lr, int t);
 
  private:
-  model::Gpt2& model_;
+  model::Model& model_;
   float* m_ = nullptr;
   float* v_ = nullptr;
   float* scratch_ = nullptr;  // device scalar for the sum of squares

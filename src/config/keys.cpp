@@ -37,6 +37,7 @@ int64_t parse_int(const KeySpec& key, const YAML::Node& node) {
 }
 
 double parse_double(const KeySpec& key, const YAML::Node& node) {
+  if (node.IsNull() && key.unset_allowed) return -1;
   if (!node.IsScalar()) type_error(key, "a number", node);
   std::string_view text = node.Scalar();
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);
@@ -127,6 +128,12 @@ const std::vector<KeySpec>& all_keys() {
       {"mlp_dim", "Model", &Config::mlp_dim, true},
       {"vocab_size", "Model", &Config::vocab_size, true},
       {"max_position_embeddings", "Model", &Config::max_position_embeddings, true},
+      {"decoder_block", "Model", &Config::decoder_block},
+      {"num_kv_heads", "Model", &Config::num_kv_heads, true},
+      {"head_dim", "Model", &Config::head_dim, true},
+      {"rms_norm_eps", "Model", &Config::rms_norm_eps, true},
+      {"rope_theta", "Model", &Config::rope_theta, true},
+      {"tie_word_embeddings", "Model", &Config::tie_word_embeddings},
       {"load_parameters_path", "Model", &Config::load_parameters_path},
       {"weight_dtype", "Model", &Config::weight_dtype},
       {"dtype", "Model", &Config::dtype},
@@ -202,7 +209,7 @@ std::string format_value(const Config& cfg, const KeySpec& key) {
         if constexpr (std::is_same_v<T, int64_t>) {
           return (key.unset_allowed && v == -1) ? "null" : std::to_string(v);
         } else if constexpr (std::is_same_v<T, double>) {
-          return format_double(v);
+          return (key.unset_allowed && v == -1) ? "null" : format_double(v);
         } else if constexpr (std::is_same_v<T, bool>) {
           return v ? "true" : "false";
         } else if constexpr (std::is_same_v<T, std::string>) {

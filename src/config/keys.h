@@ -22,8 +22,9 @@ struct KeySpec {
   const char* name;
   const char* section;  // heading in to_yaml(): Run, Batch, Data, Model, Optimiser, ...
   Field field;
-  // Integer keys only: null means "unset" and is stored as -1; an explicit value must be >= 1
-  // (validate() rejects an explicit -1). String and list keys always accept null as "" / [].
+  // Integer and number keys: null means "unset" and is stored as -1; an explicit integer must
+  // be >= 1 and an explicit number > 0 (validate() rejects an explicit -1). String and list keys
+  // always accept null as "" / [].
   bool unset_allowed = false;
 };
 

@@ -21,10 +21,16 @@ void require_at_least(const char* key, int64_t value, int64_t lowest) {
 }
 
 // Keys that may be unset (steps, batch sizes, model dimensions, ...): null leaves them unset
-// (stored as -1); a value the user wrote, -1 included, must be >= 1.
+// (stored as -1); a value the user wrote, -1 included, must be >= 1 (a number: > 0).
 void validate_unsettable_keys(const Config& cfg, const GivenKeys& given) {
   for (const auto& key : all_keys()) {
     if (!key.unset_allowed) continue;
+    if (const auto* number = std::get_if<double Config::*>(&key.field)) {
+      const double value = cfg.**number;
+      if ((given.contains(key.name) || value != -1) && !(value > 0))
+        fail(key.name, "must be > 0 (or null for the preset's value), got " + format_double(value));
+      continue;
+    }
     const int64_t value = cfg.*std::get<int64_t Config::*>(key.field);
     if (given.contains(key.name) || value != -1) require_at_least(key.name, value, 1);
   }
@@ -88,6 +94,8 @@ void validate_model(const Config& cfg) {
     fail("max_target_length", std::to_string(cfg.max_target_length) +
                                   " exceeds the model's position table (max_position_embeddings=" +
                                   std::to_string(dims.maxT) + ")");
+  if (!cfg.tie_word_embeddings.empty())
+    require_one_of("tie_word_embeddings", cfg.tie_word_embeddings, "true", "false");
   require_one_of("weight_dtype", cfg.weight_dtype, "float32", "bfloat16");
   require_one_of("dtype", cfg.dtype, "float32", "bfloat16");
 }

@@ -1,4 +1,4 @@
-// src/model/gpt2.cpp — GPT-2 forward and backward through the Ops table (llm.c's structure).
+// src/model/gpt2.cpp — GPT-2 blocks: forward and backward through the Ops table (llm.c's structure).
 // Legend: B batch, T seq, C channels, F mlp dim, V vocab, NH heads, L layers, N = B*T.
 // Backward runs on the loss SUM: the cross-entropy writes w·(softmax − onehot) and adds the loss
 // and weight sums to the two floats after the gradients; gradient sums accumulate (+=).
@@ -24,21 +24,14 @@ struct Gpt2::Acts {
   std::vector<Layer> layers;
   float *encoded;                      // (N,C)
   float *lnf, *lnf_mean, *lnf_rstd;    // (N,C) (N) (N)
-  float *logits;                       // (N,V); dlogits in place during backward
   float *scratch_btc;                  // (N,C) attproj / fcproj forward; activation grads backward
   float *dresidual;                    // (N,C)
   float *dbtf_a, *dbtf_b;              // (N,F)
   float *dqkv, *datt;                  // (N,3C) (B,NH,T,T)
-  float *eval_sums;                    // (2)
-  int32_t *inputs, *targets, *segments, *positions;  // (N) each
-  float *weights;                                    // (N)
-  bool has_segments = false, has_positions = false;
-  std::vector<void*> owned;
 };
 
 Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T)
-    : d_(d), ops_(ops), max_B_(max_B), T_(T), layout_(gpt2_layout(d)) {
-  SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
+    : Model(d, ops, max_B, T, gpt2_layout(d)) {
   SFTDP_ASSERT(d.C % d.NH == 0, "emb_dim must be divisible by num_heads");
   static const char* const kLayerTensors[12] = {
       "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
@@ -49,21 +42,10 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T)
       layer_offsets_[l][k] = layout_.find("h." + std::to_string(l) + "." + kLayerTensors[k]).offset;
   wte_ = layout_.find("wte").offset, wpe_ = layout_.find("wpe").offset;
   lnf_w_ = layout_.find("ln_f.weight").offset, lnf_b_ = layout_.find("ln_f.bias").offset;
-  params_ = static_cast<float*>(ops_.alloc(layout_.total * sizeof(float)));
-  grads_ = static_cast<float*>(ops_.alloc(grad_buffer_floats() * sizeof(float)));
   acts_ = new Acts();
   auto& a = *acts_;
-  const size_t N = size_t(max_B) * T, C = d.C, F = d.F, V = d.V, att = size_t(max_B) * d.NH * T * T;
-  auto f = [&](size_t n) {
-    void* p = ops_.alloc(std::max<size_t>(n, 1) * sizeof(float));
-    a.owned.push_back(p);
-    return static_cast<float*>(p);
-  };
-  auto i32 = [&](size_t n) {
-    void* p = ops_.alloc(std::max<size_t>(n, 1) * sizeof(int32_t));
-    a.owned.push_back(p);
-    return static_cast<int32_t*>(p);
-  };
+  const size_t N = size_t(max_B) * T, C = d.C, F = d.F, att = size_t(max_B) * d.NH * T * T;
+  auto f = [&](size_t n) { return alloc_floats(n); };
   a.layers.resize(d.L);
   for (auto& l : a.layers) {
     l.ln1 = f(N * C), l.ln1_mean = f(N), l.ln1_rstd = f(N);
@@ -75,53 +57,12 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T)
   }
   a.encoded = f(N * C);
   a.lnf = f(N * C), a.lnf_mean = f(N), a.lnf_rstd = f(N);
-  a.logits = f(N * V);
   a.scratch_btc = f(N * C), a.dresidual = f(N * C);
   a.dbtf_a = f(N * F), a.dbtf_b = f(N * F);
   a.dqkv = f(N * 3 * C), a.datt = f(att);
-  a.eval_sums = f(2);
-  a.inputs = i32(N), a.targets = i32(N), a.segments = i32(N), a.positions = i32(N);
-  a.weights = f(N);
 }
 
-Gpt2::~Gpt2() {
-  for (void* p : acts_->owned) ops_.free(p);
-  delete acts_;
-  ops_.free(params_);
-  ops_.free(grads_);
-}
-
-void Gpt2::set_params_from_host(const std::vector<float>& host) {
-  SFTDP_ASSERT(host.size() == layout_.total, "parameter buffer size mismatch");
-  ops_.to_device(params_, host.data(), host.size() * sizeof(float));
-}
-
-std::vector<float> Gpt2::params_to_host() const {
-  std::vector<float> h(layout_.total);
-  ops_.to_host(h.data(), params_, h.size() * sizeof(float));
-  return h;
-}
-
-std::vector<float> Gpt2::grads_to_host() const {
-  std::vector<float> h(grad_buffer_floats());
-  ops_.to_host(h.data(), grads_, h.size() * sizeof(float));
-  return h;
-}
-
-void Gpt2::zero_grads() { ops_.zero(grads_, grad_buffer_floats() * sizeof(float)); }
-
-void Gpt2::upload(const data::Batch& b) {
-  SFTDP_ASSERT(b.B >= 1 && b.B <= max_B_ && b.T == T_, "micro-batch shape does not fit the model");
-  const size_t n = size_t(b.B) * b.T;
-  auto& a = *acts_;
-  ops_.to_device(a.inputs, b.inputs.data(), n * sizeof(int32_t));
-  ops_.to_device(a.targets, b.targets.data(), n * sizeof(int32_t));
-  ops_.to_device(a.weights, b.loss_weights.data(), n * sizeof(float));
-  a.has_segments = b.has_segments();
-  a.has_positions = b.has_positions();
-  if (a.has_segments) ops_.to_device(a.segments, b.segment_ids.data(), n * sizeof(int32_t));
-  if (a.has_positions) ops_.to_device(a.positions, b.positions.data(), n * sizeof(int32_t));
-}
+Gpt2::~Gpt2() { delete acts_; }  // device memory: Model's
 
 namespace {
 struct LayerParams {
@@ -138,16 +79,16 @@ void Gpt2::run_forward(int B) {
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, N = B * T;
   const float* p = params_;
-  const int32_t* pos = a.has_positions ? a.positions : nullptr;
-  const int32_t* seg = a.has_segments ? a.segments : nullptr;
-  o.encoder_fwd(a.encoded, a.inputs, pos, p + wte_, p + wpe_, B, T, C);
+  const int32_t* pos = io_.pos();
+  const int32_t* seg = io_.seg();
+  o.encoder_fwd(a.encoded, io_.inputs, pos, p + wte_, p + wpe_, B, T, C);
   const float* residual = a.encoded;
   for (int l = 0; l < d_.L; ++l) {
     auto& x = a.layers[l];
     const auto w = layer_params(layer_offsets_[l], p);
     o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
     o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-    o.attention_fwd(x.atty, x.att, x.qkv, seg, B, T, C, NH);
+    o.attention_fwd(x.atty, x.att, x.qkv, seg, B, T, NH, NH, C / NH);
     o.matmul_fwd(a.scratch_btc, x.atty, w.projw, w.projb, N, C, C);
     o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
     o.layernorm_fwd(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
@@ -159,7 +100,7 @@ void Gpt2::run_forward(int B) {
   }
   o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + lnf_w_, p + lnf_b_, N, C);
   // LM head tied to wte: logits = lnf · wteᵀ, no bias.
-  o.matmul_fwd(a.logits, a.lnf, p + wte_, nullptr, N, C, V);
+  o.matmul_fwd(io_.logits, a.lnf, p + wte_, nullptr, N, C, V);
 }
 
 void Gpt2::run_backward(int B) {
@@ -168,8 +109,8 @@ void Gpt2::run_backward(int B) {
   const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, N = B * T;
   const float* p = params_;
   float* g = grads_;
-  // a.logits holds dlogits (written in place by the cross-entropy).
-  o.matmul_bwd(a.scratch_btc, g + wte_, nullptr, a.logits, a.lnf, p + wte_, N, C, V);
+  // io_.logits holds dlogits (written in place by the cross-entropy).
+  o.matmul_bwd(a.scratch_btc, g + wte_, nullptr, io_.logits, a.lnf, p + wte_, N, C, V);
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
   o.layernorm_bwd(a.dresidual, g + lnf_w_, g + lnf_b_, a.scratch_btc, last, p + lnf_w_, a.lnf_mean,
@@ -188,34 +129,12 @@ void Gpt2::run_backward(int B) {
                     x.ln2_mean, x.ln2_rstd, N, C);
     // a.dresidual = d residual2; the attention branch
     o.matmul_bwd(a.scratch_btc, mut(dw.projw), mut(dw.projb), a.dresidual, x.atty, w.projw, N, C, C);
-    o.attention_bwd(a.dqkv, a.datt, a.scratch_btc, x.qkv, x.att, B, T, C, NH);
+    o.attention_bwd(a.dqkv, a.datt, a.scratch_btc, x.qkv, x.att, B, T, NH, NH, C / NH);
     o.matmul_bwd(a.scratch_btc, mut(dw.qkvw), mut(dw.qkvb), a.dqkv, x.ln1, w.qkvw, N, C, 3 * C);
     o.layernorm_bwd(a.dresidual, mut(dw.ln1w), mut(dw.ln1b), a.scratch_btc, residual, w.ln1w,
                     x.ln1_mean, x.ln1_rstd, N, C);
   }
-  const int32_t* pos = a.has_positions ? a.positions : nullptr;
-  o.encoder_bwd(g + wte_, g + wpe_, a.dresidual, a.inputs, pos, B, T, C);
-}
-
-void Gpt2::forward_backward(const data::Batch& batch) {
-  upload(batch);
-  run_forward(batch.B);
-  auto& a = *acts_;
-  const int N = batch.B * T_;
-  // Loss and weight SUMS go to the two floats after the gradients; dlogits in place.
-  ops_.cross_entropy_fwd_bwd(grads_ + layout_.total, a.logits, a.logits, a.targets, a.weights, N, d_.V);
-  run_backward(batch.B);
-}
-
-LossSums Gpt2::forward(const data::Batch& batch) {
-  upload(batch);
-  run_forward(batch.B);
-  auto& a = *acts_;
-  ops_.zero(a.eval_sums, 2 * sizeof(float));
-  ops_.cross_entropy_fwd_bwd(a.eval_sums, nullptr, a.logits, a.targets, a.weights, batch.B * T_, d_.V);
-  float sums[2];
-  ops_.to_host(sums, a.eval_sums, sizeof sums);
-  return {sums[0], sums[1]};
+  o.encoder_bwd(g + wte_, g + wpe_, a.dresidual, io_.inputs, io_.pos(), B, T, C);
 }
 
 }  // namespace sftdp::model

@@ -1,6 +1,6 @@
-// src/model/layout.cpp — GPT-2 parameter names, shapes and offsets (SPEC §5), and the seeded
-// GPT-2 initialisation. Memory order puts every >= 2-D weight first, so AdamW's weight decay is
-// one contiguous range [0, n_decay).
+// src/model/layout.cpp — parameter names, shapes and offsets of both decoder families (SPEC §5),
+// and their seeded initialisation. Memory order puts every >= 2-D weight first, so AdamW's weight
+// decay is one contiguous range [0, n_decay).
 #include <cmath>
 #include <cstdint>
 
@@ -15,10 +15,11 @@ const ParamInfo& ParamLayout::find(const std::string& name) const {
   die_internal("sftdp", "ParamLayout::find", "no parameter named " + name, __FILE__, __LINE__);
 }
 
-ParamLayout gpt2_layout(const config::ModelDims& d) {
-  const int64_t C = d.C, F = d.F, V = d.V, T = d.maxT;
+namespace {
+
+struct LayoutBuilder {
   ParamLayout lay;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
+  void add(std::string name, std::vector<int64_t> shape) {
     ParamInfo p;
     p.name = std::move(name);
     p.shape = std::move(shape);
@@ -26,39 +27,72 @@ ParamLayout gpt2_layout(const config::ModelDims& d) {
     for (auto s : p.shape) p.numel *= static_cast<size_t>(s);
     p.decay = p.shape.size() >= 2;
     lay.tensors.push_back(std::move(p));
-  };
-  add("wte", {V, C});
-  add("wpe", {T, C});
-  for (int l = 0; l < d.L; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    add(h + "ln_1.weight", {C});
-    add(h + "ln_1.bias", {C});
-    add(h + "attn.qkv.weight", {3 * C, C});
-    add(h + "attn.qkv.bias", {3 * C});
-    add(h + "attn.proj.weight", {C, C});
-    add(h + "attn.proj.bias", {C});
-    add(h + "ln_2.weight", {C});
-    add(h + "ln_2.bias", {C});
-    add(h + "mlp.fc.weight", {F, C});
-    add(h + "mlp.fc.bias", {F});
-    add(h + "mlp.proj.weight", {C, F});
-    add(h + "mlp.proj.bias", {C});
   }
-  add("ln_f.weight", {C});
-  add("ln_f.bias", {C});
   // Offsets: decayed (>= 2-D) tensors first, each group in SPEC order. 16-float alignment keeps
   // every tensor 64-byte aligned for vector loads.
-  size_t off = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (auto& t : lay.tensors) {
-      if (t.decay != (pass == 0)) continue;
-      t.offset = off;
-      off += (t.numel + 15) / 16 * 16;
+  ParamLayout finish() {
+    size_t off = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (auto& t : lay.tensors) {
+        if (t.decay != (pass == 0)) continue;
+        t.offset = off;
+        off += (t.numel + 15) / 16 * 16;
+      }
+      if (pass == 0) lay.n_decay = off;
     }
-    if (pass == 0) lay.n_decay = off;
+    lay.total = off;
+    return std::move(lay);
   }
-  lay.total = off;
-  return lay;
+};
+
+}  // namespace
+
+ParamLayout gpt2_layout(const config::ModelDims& d) {
+  const int64_t C = d.C, F = d.F, V = d.V, T = d.maxT;
+  LayoutBuilder b;
+  b.add("wte", {V, C});
+  b.add("wpe", {T, C});
+  for (int l = 0; l < d.L; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    b.add(h + "ln_1.weight", {C});
+    b.add(h + "ln_1.bias", {C});
+    b.add(h + "attn.qkv.weight", {3 * C, C});
+    b.add(h + "attn.qkv.bias", {3 * C});
+    b.add(h + "attn.proj.weight", {C, C});
+    b.add(h + "attn.proj.bias", {C});
+    b.add(h + "ln_2.weight", {C});
+    b.add(h + "ln_2.bias", {C});
+    b.add(h + "mlp.fc.weight", {F, C});
+    b.add(h + "mlp.fc.bias", {F});
+    b.add(h + "mlp.proj.weight", {C, F});
+    b.add(h + "mlp.proj.bias", {C});
+  }
+  b.add("ln_f.weight", {C});
+  b.add("ln_f.bias", {C});
+  return b.finish();
+}
+
+ParamLayout llama_layout(const config::ModelDims& d) {
+  const int64_t C = d.C, F = d.F, V = d.V, HS = d.head_size(), QKV = d.qkv_dim(), A = d.attn_dim();
+  LayoutBuilder b;
+  b.add("wte", {V, C});
+  for (int l = 0; l < d.L; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    b.add(h + "ln_1.weight", {C});
+    b.add(h + "attn.qkv.weight", {QKV, C});
+    if (d.qkv_bias) b.add(h + "attn.qkv.bias", {QKV});
+    if (d.qk_norm) {
+      b.add(h + "attn.q_norm.weight", {HS});
+      b.add(h + "attn.k_norm.weight", {HS});
+    }
+    b.add(h + "attn.proj.weight", {C, A});
+    b.add(h + "ln_2.weight", {C});
+    b.add(h + "mlp.fc.weight", {2 * F, C});
+    b.add(h + "mlp.proj.weight", {C, F});
+  }
+  b.add("ln_f.weight", {C});
+  if (!d.tied) b.add("lm_head.weight", {V, C});
+  return b.finish();
 }
 
 namespace {
@@ -90,15 +124,16 @@ void init_params(std::vector<float>& params, const ParamLayout& layout, const co
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const auto& t = layout.tensors[i];
     float* p = params.data() + t.offset;
-    if (!t.decay) {  // LayerNorm weight 1, everything else 0
+    if (!t.decay) {  // LayerNorm / RMSNorm weights 1, everything else (biases) 0
       const float v = ends_with(t.name, "ln_1.weight") || ends_with(t.name, "ln_2.weight") ||
-                              t.name == "ln_f.weight" ? 1.0f : 0.0f;
+                              ends_with(t.name, "_norm.weight") || t.name == "ln_f.weight" ? 1.0f : 0.0f;
       for (size_t j = 0; j < t.numel; ++j) p[j] = v;
       continue;
     }
     // One stream per tensor, so adding layers does not shift the others' values.
     SplitMix64 rng{seed * 0x100000001B3ull + 0x51ED27ull * (i + 1)};
-    const bool proj = ends_with(t.name, "attn.proj.weight") || ends_with(t.name, "mlp.proj.weight");
+    const bool proj = d.block == config::Block::kGpt2 &&
+                      (ends_with(t.name, "attn.proj.weight") || ends_with(t.name, "mlp.proj.weight"));
     const double sd = proj ? std_proj : std_w;
     for (size_t j = 0; j < t.numel; ++j) p[j] = static_cast<float>(sd * rng.normal());
   }

@@ -9,7 +9,7 @@
 
 namespace sftdp::optim {
 
-AdamW::AdamW(model::Gpt2& model) : model_(model) {
+AdamW::AdamW(model::Model& model) : model_(model) {
   const Ops& o = model_.ops();
   const size_t bytes = model_.layout().total * sizeof(float);
   m_ = static_cast<float*>(o.alloc(bytes));

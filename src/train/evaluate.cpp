@@ -7,7 +7,7 @@
 
 namespace sftdp::train {
 
-EvalResult evaluate(model::Gpt2& model, const data::Dataset& eval, comm::Communicator& comm,
+EvalResult evaluate(model::Model& model, const data::Dataset& eval, comm::Communicator& comm,
                     int64_t micro_batch, int64_t global_batch, int64_t eval_steps) {
   const int64_t world = comm.world(), rank = comm.rank();
   const int64_t N = eval_steps >= 0 ? std::min(eval.rows(), eval_steps * global_batch) : eval.rows();

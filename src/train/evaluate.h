@@ -16,7 +16,7 @@ struct EvalResult {
 
 // micro_batch: rows per rank per forward. eval_steps < 0: every row; else the first
 // eval_steps × global_batch rows, so the rows evaluated do not depend on world size or GA.
-EvalResult evaluate(model::Gpt2& model, const data::Dataset& eval, comm::Communicator& comm,
+EvalResult evaluate(model::Model& model, const data::Dataset& eval, comm::Communicator& comm,
                     int64_t micro_batch, int64_t global_batch, int64_t eval_steps);
 
 }  // namespace sftdp::train

@@ -90,7 +90,7 @@ void convert_cursor(checkpoint::TrainState& s, const std::string& path, int64_t 
 }
 }  // namespace
 
-checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Gpt2& model,
+checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Model& model,
                                optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
                                int64_t steps_per_epoch) {
   checkpoint::TrainState state;
@@ -133,7 +133,7 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
   return state;
 }
 
-void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model,
+void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
                      const optim::AdamW& opt, checkpoint::TrainState state) {
   std::vector<float> m, v;
   opt.moments_to_host(m, v);
@@ -143,7 +143,7 @@ void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const mod
   log::info("checkpoint %s", path.c_str());
 }
 
-void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model) {
+void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model) {
   const std::string hf_dir = paths.run_dir + "/hf";
   std::error_code ec;
   fs::remove_all(hf_dir, ec);  // an earlier end of this run; the new final checkpoint supersedes it

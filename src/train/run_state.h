@@ -29,16 +29,16 @@ void check_output_directory(const config::Config& cfg, const RunPaths& paths, co
 // loads (checkpoint::load_newest: damaged newer ones are moved aside with a warning; none loading
 // is a UserError). The data cursor is converted to this run's global batch G when the checkpoint
 // counted in another one (a UserError if it falls inside a step).
-checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Gpt2& model,
+checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Model& model,
                                optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
                                int64_t steps_per_epoch);
 
 // Rank 0 only: writes step_<S>.h5 atomically and prunes to keep_checkpoints.
-void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model,
+void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
                      const optim::AdamW& opt, checkpoint::TrainState state);
 
 // Rank 0 only (hf_export): the current parameters as a Hugging Face GPT-2 directory
 // <run_dir>/hf/ (hf::export_hf, as sft_export writes it), replacing an earlier one.
-void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Gpt2& model);
+void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model);
 
 }  // namespace sftdp::train

@@ -74,13 +74,14 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   const RunPaths paths = paths_of(cfg);
   check_output_directory(cfg, paths, comm);
 
-  model::Gpt2 model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T);
+  const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T);
+  model::Model& model = *model_ptr;
   optim::AdamW opt(model);
   checkpoint::TrainState state =
       restore(cfg, paths, model, opt, comm, plan.global_batch, steps_per_epoch);
 
-  log::info("sft-dp: %s, %d rank(s) x GA %lld x %lld rows = global batch %lld, T=%d, %zu params",
-            dev.ops->name, plan.world_size, (long long)plan.ga_steps, (long long)plan.micro_batch,
+  log::info("sft-dp: %s %s, %d rank(s) x GA %lld x %lld rows = global batch %lld, T=%d, %zu params",
+            config::block_name(dims).c_str(), dev.ops->name, plan.world_size, (long long)plan.ga_steps, (long long)plan.micro_batch,
             (long long)plan.global_batch, T, model.layout().total);
   log::info("data: %lld rows, %lld steps per epoch, %lld rows left over per epoch (not used)",
             (long long)train_data.rows(), (long long)steps_per_epoch,

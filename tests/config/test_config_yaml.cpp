@@ -40,7 +40,9 @@ std::vector<Config> configs_touching_every_key() {
     a.push_back(kv);
   for (const char* kv : {"num_epochs=2", "per_device_batch_size=5", "model_name=''",
                          "num_decoder_layers=1", "num_heads=2", "emb_dim=16", "mlp_dim=40",
-                         "vocab_size=300", "max_position_embeddings=96"})
+                         "vocab_size=300", "max_position_embeddings=96", "decoder_block=qwen3",
+                         "num_kv_heads=1", "head_dim=8", "rms_norm_eps=1e-6", "rope_theta=500000",
+                         "tie_word_embeddings=false"})
     b.push_back(kv);
   return {from_yaml_text("", a), from_yaml_text("", b)};
 }

@@ -1,0 +1,33 @@
+// kernels/rope.h — rotary position embeddings on the q and k heads of fused qkv rows, in
+// Hugging Face's rotate_half layout (the layout of HF Llama/Qwen q_proj/k_proj weights, so they
+// load unpermuted). qkv is (B,T,QKV) with QKV = (NH + 2·KVH)·HS: NH q heads, KVH k heads, then
+// KVH v heads (untouched). For one head vector x, i < HS/2 and angle a = pos·inv_freq[i]:
+//   x'[i] = x[i]·cos a − x[i+HS/2]·sin a,   x'[i+HS/2] = x[i+HS/2]·cos a + x[i]·sin a.
+// pos = positions[b·T+t] when positions is non-null (packed segments restart at 0), else t.
+// The angle is formed in double precision (double(pos)·double(inv_freq[i])) and its cos/sin
+// taken in double, then rounded to float, in both twins, so they agree bit-for-bit on angles.
+// inv_freq (HS/2 floats, device memory) comes from the model (rope_theta, llama3 scaling).
+// Both passes work in place. rope_bwd applies the transpose rotation (angle −a) to the q and k
+// heads of dqkv: the gradient with respect to the un-rotated q and k.
+#pragma once
+#include <cstdint>
+namespace sftdp::cpu {
+void rope_fwd(float* qkv,                                          // (B,T,QKV) in place
+              const int32_t* positions, const float* inv_freq,     // (B,T) or null; (HS/2)
+              int B, int T, int NH, int KVH, int HS);
+void rope_bwd(float* dqkv,                                         // (B,T,QKV) in place
+              const int32_t* positions, const float* inv_freq,     // (B,T) or null; (HS/2)
+              int B, int T, int NH, int KVH, int HS);
+}  // namespace sftdp::cpu
+
+#if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
+#include <cuda_runtime.h>
+// The CUDA twins (kernels/cuda/<op>.cu): same arguments, all pointers in device memory, plus
+// the stream they are queued on. They match the sftdp::cpu twins within the tests' tolerance.
+namespace sftdp::cuda {
+void rope_fwd(float* qkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH,
+              int KVH, int HS, cudaStream_t stream);
+void rope_bwd(float* dqkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH,
+              int KVH, int HS, cudaStream_t stream);
+}  // namespace sftdp::cuda
+#endif

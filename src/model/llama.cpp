@@ -1,0 +1,184 @@
+// src/model/llama.cpp — Llama-family blocks (Llama 2/3, Mistral-class, SmolLM2, Qwen2, Qwen3)
+// through the Ops table, on the same loss-SUM contract as GPT-2 (model.cpp does the step).
+// Legend: B batch, T seq, C channels, F mlp dim, V vocab, NH query heads, KVH k/v heads,
+// HS head size, QKV = (NH + 2·KVH)·HS fused q|k|v width, A = NH·HS, L layers, N = B*T.
+// One block, as Hugging Face's LlamaDecoderLayer:
+//   h   = x + o_proj(attn(rope(qk_norm?(qkv(rmsnorm_1(x)) [+ qkv bias]))))
+//   out = h + down(silu(gate(rmsnorm_2(h))) · up(rmsnorm_2(h)))
+// then rmsnorm_f and the LM head (wte when tied). RoPE positions come from the batch's
+// /positions (packed segments restart at 0) or 0..T-1; attention stays inside a segment.
+#include <climits>
+
+#include "kernels/ops.h"
+#include "sftdp/check.h"
+#include "sftdp/model.h"
+
+namespace sftdp::model {
+
+namespace {
+// Indices into Llama::layer_offsets_.
+enum LayerTensor { kLn1, kQkvW, kQkvB, kQNorm, kKNorm, kProj, kLn2, kFc, kMlpProj, kLayerTensors };
+constexpr size_t kAbsent = SIZE_MAX;
+}  // namespace
+
+// Activations for max_B rows, in device memory. Per layer: what backward needs again.
+struct Llama::Acts {
+  struct Layer {
+    float *ln1, *ln1_rstd;         // (N,C) (N)
+    float *qkv_raw, *qk_rstd;      // (N,QKV) (N,NH+KVH): before the q/k norm (Qwen3 only)
+    float *qkv;                    // (N,QKV) as attention reads it: normed (Qwen3), rotated
+    float *atty, *att;             // (N,A) (B,NH,T,T)
+    float *residual2;              // (N,C)
+    float *ln2, *ln2_rstd;         // (N,C) (N)
+    float *fch, *fch_act;          // (N,2F) (N,F)
+    float *residual3;              // (N,C)
+  };
+  std::vector<Layer> layers;
+  float *encoded;                  // (N,C)
+  float *lnf, *lnf_rstd;           // (N,C) (N)
+  float *scratch_btc;              // (N,C) projections forward; activation grads backward
+  float *scratch_bta;              // (N,A) d atty
+  float *dresidual;                // (N,C)
+  float *dfch, *dact;              // (N,2F) (N,F)
+  float *dqkv, *dqkv_raw, *datt;   // (N,QKV) (N,QKV) (B,NH,T,T)
+  float *inv_freq;                 // (HS/2)
+};
+
+Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T)
+    : Model(d, ops, max_B, T, llama_layout(d)) {
+  SFTDP_ASSERT(d.block == config::Block::kLlama, "Llama model built from GPT-2 dims");
+  SFTDP_ASSERT(d.NH % d.kv_heads() == 0 && d.head_size() % 2 == 0, "bad head configuration");
+  auto offset = [&](const std::string& name, bool present) {
+    return present ? layout_.find(name).offset : kAbsent;
+  };
+  layer_offsets_.resize(d.L);
+  for (int l = 0; l < d.L; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    auto& o = layer_offsets_[l];
+    o[kLn1] = offset(h + "ln_1.weight", true);
+    o[kQkvW] = offset(h + "attn.qkv.weight", true);
+    o[kQkvB] = offset(h + "attn.qkv.bias", d.qkv_bias);
+    o[kQNorm] = offset(h + "attn.q_norm.weight", d.qk_norm);
+    o[kKNorm] = offset(h + "attn.k_norm.weight", d.qk_norm);
+    o[kProj] = offset(h + "attn.proj.weight", true);
+    o[kLn2] = offset(h + "ln_2.weight", true);
+    o[kFc] = offset(h + "mlp.fc.weight", true);
+    o[kMlpProj] = offset(h + "mlp.proj.weight", true);
+  }
+  wte_ = layout_.find("wte").offset;
+  lnf_ = layout_.find("ln_f.weight").offset;
+  head_ = d.tied ? wte_ : layout_.find("lm_head.weight").offset;
+
+  acts_ = new Acts();
+  auto& a = *acts_;
+  const size_t N = size_t(max_B) * T, C = d.C, F = d.F, QKV = d.qkv_dim(), A = d.attn_dim();
+  const size_t att = size_t(max_B) * d.NH * T * T, heads = size_t(d.NH) + d.kv_heads();
+  auto f = [&](size_t n) { return alloc_floats(n); };
+  a.layers.resize(d.L);
+  for (auto& l : a.layers) {
+    l.ln1 = f(N * C), l.ln1_rstd = f(N);
+    l.qkv_raw = d.qk_norm ? f(N * QKV) : nullptr;
+    l.qk_rstd = d.qk_norm ? f(N * heads) : nullptr;
+    l.qkv = f(N * QKV);
+    l.atty = f(N * A), l.att = f(att);
+    l.residual2 = f(N * C);
+    l.ln2 = f(N * C), l.ln2_rstd = f(N);
+    l.fch = f(N * 2 * F), l.fch_act = f(N * F);
+    l.residual3 = f(N * C);
+  }
+  a.encoded = f(N * C);
+  a.lnf = f(N * C), a.lnf_rstd = f(N);
+  a.scratch_btc = f(N * C), a.scratch_bta = f(N * A), a.dresidual = f(N * C);
+  a.dfch = f(N * 2 * F), a.dact = f(N * F);
+  a.dqkv = f(N * QKV), a.dqkv_raw = d.qk_norm ? f(N * QKV) : nullptr, a.datt = f(att);
+  const auto inv_freq = rope_inv_freq(d);
+  a.inv_freq = f(inv_freq.size());
+  ops_.to_device(a.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float));
+}
+
+Llama::~Llama() { delete acts_; }  // device memory: Model's
+
+namespace {
+// A layer's tensors at base + offset (null when the family variant has none).
+struct LayerPtrs {
+  float *ln1, *qkvw, *qkvb, *qnorm, *knorm, *proj, *ln2, *fc, *mlpproj;
+};
+LayerPtrs layer_ptrs(const std::array<size_t, kLayerTensors>& off, const float* base) {
+  auto at = [&](int k) { return off[k] == kAbsent ? nullptr : const_cast<float*>(base) + off[k]; };
+  return {at(kLn1), at(kQkvW), at(kQkvB), at(kQNorm), at(kKNorm), at(kProj), at(kLn2), at(kFc), at(kMlpProj)};
+}
+}  // namespace
+
+void Llama::run_forward(int B) {
+  auto& a = *acts_;
+  const Ops& o = ops_;
+  const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
+  const int QKV = d_.qkv_dim(), A = d_.attn_dim(), N = B * T;
+  const float eps = static_cast<float>(d_.norm_eps);
+  const float* p = params_;
+  o.encoder_fwd(a.encoded, io_.inputs, nullptr, p + wte_, nullptr, B, T, C);
+  const float* residual = a.encoded;
+  for (int l = 0; l < d_.L; ++l) {
+    auto& x = a.layers[l];
+    const auto w = layer_ptrs(layer_offsets_[l], p);
+    o.rmsnorm_fwd(x.ln1, x.ln1_rstd, residual, w.ln1, N, C, eps);
+    if (d_.qk_norm) {
+      o.matmul_fwd(x.qkv_raw, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
+      o.qk_rmsnorm_fwd(x.qkv, x.qk_rstd, x.qkv_raw, w.qnorm, w.knorm, N, NH, KVH, HS, eps);
+    } else {
+      o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
+    }
+    o.rope_fwd(x.qkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
+    o.attention_fwd(x.atty, x.att, x.qkv, io_.seg(), B, T, NH, KVH, HS);
+    o.matmul_fwd(a.scratch_btc, x.atty, w.proj, nullptr, N, A, C);
+    o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
+    o.rmsnorm_fwd(x.ln2, x.ln2_rstd, x.residual2, w.ln2, N, C, eps);
+    o.matmul_fwd(x.fch, x.ln2, w.fc, nullptr, N, C, 2 * F);
+    o.swiglu_fwd(x.fch_act, x.fch, N, F);
+    o.matmul_fwd(a.scratch_btc, x.fch_act, w.mlpproj, nullptr, N, F, C);
+    o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
+    residual = x.residual3;
+  }
+  o.rmsnorm_fwd(a.lnf, a.lnf_rstd, residual, p + lnf_, N, C, eps);
+  o.matmul_fwd(io_.logits, a.lnf, p + head_, nullptr, N, C, V);
+}
+
+void Llama::run_backward(int B) {
+  auto& a = *acts_;
+  const Ops& o = ops_;
+  const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
+  const int QKV = d_.qkv_dim(), A = d_.attn_dim(), N = B * T;
+  const float* p = params_;
+  float* g = grads_;
+  // io_.logits holds dlogits. Tied: the head's gradient and the embedding's both land in g + wte_.
+  o.matmul_bwd(a.scratch_btc, g + head_, nullptr, io_.logits, a.lnf, p + head_, N, C, V);
+  o.zero(a.dresidual, size_t(N) * C * sizeof(float));
+  const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
+  o.rmsnorm_bwd(a.dresidual, g + lnf_, a.scratch_btc, last, p + lnf_, a.lnf_rstd, N, C);
+  for (int l = d_.L - 1; l >= 0; --l) {
+    auto& x = a.layers[l];
+    const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+    const auto w = layer_ptrs(layer_offsets_[l], p);
+    const auto dw = layer_ptrs(layer_offsets_[l], g);
+    // a.dresidual = d residual3; the MLP branch
+    o.matmul_bwd(a.dact, dw.mlpproj, nullptr, a.dresidual, x.fch_act, w.mlpproj, N, F, C);
+    o.swiglu_bwd(a.dfch, x.fch, a.dact, N, F);
+    o.matmul_bwd(a.scratch_btc, dw.fc, nullptr, a.dfch, x.ln2, w.fc, N, C, 2 * F);
+    o.rmsnorm_bwd(a.dresidual, dw.ln2, a.scratch_btc, x.residual2, w.ln2, x.ln2_rstd, N, C);
+    // a.dresidual = d residual2; the attention branch
+    o.matmul_bwd(a.scratch_bta, dw.proj, nullptr, a.dresidual, x.atty, w.proj, N, A, C);
+    o.attention_bwd(a.dqkv, a.datt, a.scratch_bta, x.qkv, x.att, B, T, NH, KVH, HS);
+    o.rope_bwd(a.dqkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
+    const float* dqkv_linear = a.dqkv;  // gradient at the qkv projection's output
+    if (d_.qk_norm) {
+      o.qk_rmsnorm_bwd(a.dqkv_raw, dw.qnorm, dw.knorm, a.dqkv, x.qkv_raw, w.qnorm, w.knorm, x.qk_rstd, N, NH,
+                       KVH, HS);
+      dqkv_linear = a.dqkv_raw;
+    }
+    o.matmul_bwd(a.scratch_btc, dw.qkvw, dw.qkvb, dqkv_linear, x.ln1, w.qkvw, N, C, QKV);
+    o.rmsnorm_bwd(a.dresidual, dw.ln1, a.scratch_btc, residual, w.ln1, x.ln1_rstd, N, C);
+  }
+  o.encoder_bwd(g + wte_, nullptr, a.dresidual, io_.inputs, nullptr, B, T, C);
+}
+
+}  // namespace sftdp::model
