@@ -1,5 +1,5 @@
-// src/hf/hf_export.cpp — see gpt2_hf.h: an HF GPT-2 directory from SPEC parameters, and from a
-// checkpoint file. Nothing appears at out_dir unless every file was written (temporary sibling
+// src/hf/hf_export.cpp — see gpt2_hf.h: an HF directory (GPT-2, or a Llama-family model through
+// llama_hf.h) from SPEC parameters, and from a checkpoint file. Nothing appears at out_dir unless every file was written (temporary sibling
 // directory, renamed at the end).
 #include <hdf5.h>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include "h5/h5.h"
 #include "hf/gpt2_hf.h"
 #include "hf/gpt2_names.h"
+#include "hf/llama_hf.h"
 #include "hf/safetensors.h"
 #include "sftdp/check.h"
 #include "sftdp/checkpoint.h"
@@ -69,6 +70,39 @@ std::string config_attr(const std::string& path) {
   return value;
 }
 
+json gpt2_config_json(const config::ModelDims& d, const json& ids) {
+  json cfg = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"n_layer", d.L},
+              {"n_head", d.NH}, {"n_embd", d.C}, {"n_inner", d.F}, {"vocab_size", d.V},
+              {"n_positions", d.maxT}, {"n_ctx", d.maxT}, {"activation_function", "gelu_new"},
+              {"layer_norm_epsilon", 1e-5}, {"initializer_range", 0.02}, {"resid_pdrop", 0.0},
+              {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}, {"scale_attn_weights", true},
+              {"tie_word_embeddings", true}, {"use_cache", true}, {"torch_dtype", "float32"}};
+  cfg.update(ids);
+  return cfg;
+}
+
+// SPEC [out, in] -> Conv1D [in, out] (copies kept in transposed); names with GPT2LMHeadModel's
+// "transformer." prefix.
+std::vector<NamedTensor> gpt2_export_tensors(const model::ParamLayout& layout, const std::vector<float>& params,
+                                             std::vector<std::vector<float>>& transposed) {
+  std::vector<NamedTensor> tensors;
+  transposed.reserve(layout.tensors.size());
+  for (const auto& p : layout.tensors) {
+    const HfName hn = hf_name_of(p.name);
+    const float* src = params.data() + p.offset;
+    if (!hn.transposed) {
+      tensors.push_back({"transformer." + hn.name, p.shape, src});
+      continue;
+    }
+    const int64_t rows = p.shape[0], cols = p.shape[1];
+    auto& t = transposed.emplace_back(p.numel);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = src[r * cols + c];
+    tensors.push_back({"transformer." + hn.name, {cols, rows}, t.data()});
+  }
+  return tensors;
+}
+
 }  // namespace
 
 std::vector<std::string> tokenizer_files(const std::string& source, const std::string& what) {
@@ -102,36 +136,21 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
   fs::remove_all(temp, ec);
   if (!fs::create_directory(temp, ec)) throw UserError(out_dir + ": cannot create " + temp.string() + ": " + ec.message());
   try {
-    json cfg = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"n_layer", d.L},
-                {"n_head", d.NH}, {"n_embd", d.C}, {"n_inner", d.F}, {"vocab_size", d.V},
-                {"n_positions", d.maxT}, {"n_ctx", d.maxT}, {"activation_function", "gelu_new"},
-                {"layer_norm_epsilon", 1e-5}, {"initializer_range", 0.02}, {"resid_pdrop", 0.0},
-                {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}, {"scale_attn_weights", true},
-                {"tie_word_embeddings", true}, {"use_cache", true}, {"torch_dtype", "float32"}};
     const json ids = special_ids(d);
-    cfg.update(ids);
+    json cfg;
+    std::vector<std::vector<float>> transposed;
+    std::vector<NamedTensor> tensors;
+    if (d.block == config::Block::kLlama) {
+      cfg = llama_config_json(d, ids);
+      tensors = llama_export_tensors(d, layout, params);
+    } else {
+      cfg = gpt2_config_json(d, ids);
+      tensors = gpt2_export_tensors(layout, params, transposed);
+    }
     write_json(temp / "config.json", cfg);
     json gen = {{"_from_model_config", true}};
     gen.update(ids);
     write_json(temp / "generation_config.json", gen);
-
-    // SPEC [out, in] -> Conv1D [in, out]; names with GPT2LMHeadModel's "transformer." prefix.
-    std::vector<std::vector<float>> transposed;
-    std::vector<NamedTensor> tensors;
-    transposed.reserve(layout.tensors.size());
-    for (const auto& p : layout.tensors) {
-      const HfName hn = hf_name_of(p.name);
-      const float* src = params.data() + p.offset;
-      if (!hn.transposed) {
-        tensors.push_back({"transformer." + hn.name, p.shape, src});
-        continue;
-      }
-      const int64_t rows = p.shape[0], cols = p.shape[1];
-      auto& t = transposed.emplace_back(p.numel);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = src[r * cols + c];
-      tensors.push_back({"transformer." + hn.name, {cols, rows}, t.data()});
-    }
     write_safetensors((temp / "model.safetensors").string(), tensors, {{"format", "pt"}});
     for (const auto& f : tokenizer_paths) {
       fs::copy_file(f, temp / f.filename(), ec);
@@ -157,7 +176,7 @@ void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_
   } catch (const UserError& e) {
     throw UserError(checkpoint_h5 + ": cannot resolve the model's dimensions from its stored config: " + e.what());
   }
-  const model::ParamLayout layout = model::gpt2_layout(d);
+  const model::ParamLayout layout = model::param_layout(d);
   std::vector<float> params;
   try {
     checkpoint::load_params(checkpoint_h5, layout, params);

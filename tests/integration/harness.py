@@ -194,3 +194,28 @@ def spec_of_hf_gpt2(sd, L):
             out[h + spec + ".weight"] = w.T if w.ndim == 2 else w
             out[h + spec + ".bias"] = sd[h + hf + ".bias"]
     return {k: np.ascontiguousarray(np.asarray(v)) for k, v in out.items()}
+
+
+def spec_of_hf_llama(sd, L):
+    """SPEC §5 tensors (numpy) of an L-layer Hugging Face Llama-family state dict (LlamaForCausalLM,
+    Qwen2/Qwen3ForCausalLM; names with or without "model."): attn.qkv = [q_proj; k_proj; v_proj]
+    rows (weights, and biases when present), mlp.fc = [gate_proj; up_proj], q_norm/k_norm when
+    present, lm_head.weight when present (untied)."""
+    sd = {k.removeprefix("model."): np.asarray(v) for k, v in sd.items()}
+    out = {"wte": sd["embed_tokens.weight"], "ln_f.weight": sd["norm.weight"]}
+    if "lm_head.weight" in sd:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    for l in range(L):
+        h, a = f"h.{l}.", f"layers.{l}."
+        out[h + "ln_1.weight"] = sd[a + "input_layernorm.weight"]
+        out[h + "ln_2.weight"] = sd[a + "post_attention_layernorm.weight"]
+        out[h + "attn.qkv.weight"] = np.concatenate([sd[a + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        if a + "self_attn.q_proj.bias" in sd:
+            out[h + "attn.qkv.bias"] = np.concatenate([sd[a + f"self_attn.{x}_proj.bias"] for x in "qkv"])
+        for n in ("q_norm", "k_norm"):
+            if a + f"self_attn.{n}.weight" in sd:
+                out[h + f"attn.{n}.weight"] = sd[a + f"self_attn.{n}.weight"]
+        out[h + "attn.proj.weight"] = sd[a + "self_attn.o_proj.weight"]
+        out[h + "mlp.fc.weight"] = np.concatenate([sd[a + "mlp.gate_proj.weight"], sd[a + "mlp.up_proj.weight"]])
+        out[h + "mlp.proj.weight"] = sd[a + "mlp.down_proj.weight"]
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
