@@ -1,6 +1,7 @@
 // sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE]
-// Writes the model of an sft-dp checkpoint as a Hugging Face GPT-2 directory (config.json,
-// generation_config.json, model.safetensors, tokenizer files copied through) that
+// Writes the model of an sft-dp checkpoint as a Hugging Face directory (GPT2LMHeadModel, or
+// Llama/Qwen2/Qwen3ForCausalLM for the Llama family: config.json, generation_config.json,
+// model.safetensors, tokenizer files copied through) that
 // transformers.AutoModelForCausalLM.from_pretrained loads. Exit 0 ok, 2 bad usage or input (one
 // `error:` line, nothing written), 1 anything else.
 #include <cstdio>
@@ -17,7 +18,8 @@ void usage(FILE* f) {
                "usage: sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE]\n"
                "  CHECKPOINT.h5  an sft-dp checkpoint (out/<run>/checkpoints/step_<S>.h5)\n"
                "  OUT_DIR        created (must not exist, or be empty): config.json,\n"
-               "                 generation_config.json, model.safetensors (fp32, lm_head tied)\n"
+               "                 generation_config.json, model.safetensors (fp32; HF names of the\n"
+               "                 model's family: gpt2, llama, qwen2 or qwen3)\n"
                "  --tokenizer    copy tokenizer.json / tokenizer_config.json / vocab.json /\n"
                "                 merges.txt / special_tokens_map.json from this directory (or file)\n"
                "Exit: 0 ok, 2 bad usage or input (nothing written), 1 other failure.\n");

@@ -29,9 +29,12 @@ void load_hf_params(const std::string& dir, const model::ParamLayout& layout, st
 // Writes config.json, generation_config.json and model.safetensors for params (GPT-2: HF names,
 // Conv1D layout, no lm_head: tied; Llama family: *ForCausalLM names, q/k/v and gate/up split), plus tokenizer files copied from tokenizer_dir when it is not empty.
 // Everything goes to a temporary sibling directory first, renamed to out_dir at the end; out_dir
-// must not exist or be empty.
+// must not exist or be empty. bos/eos/pad ids (config.json) and generation_config.json come from
+// the HF directories source_dir (the run's load_parameters_path, if one) and tokenizer_dir when
+// their config.json has the model's vocab_size; else the ids of sft-dp's own tokenizers, if any.
 void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
-               const std::vector<float>& params, const std::string& tokenizer_dir);
+               const std::vector<float>& params, const std::string& tokenizer_dir,
+               const std::string& source_dir = "");
 
 // The tokenizer files export_hf copies from source: the file itself, or the known tokenizer files
 // (tokenizer.json, vocab.json, merges.txt, ...) in the directory. None: UserError("<what>: ...").

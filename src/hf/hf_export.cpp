@@ -32,11 +32,46 @@ void write_json(const fs::path& path, const json& j) {
   if (!out.flush()) throw UserError(path.string() + ": cannot write");
 }
 
-// bos/eos ids of the tokenizers sft-dp knows by vocabulary size (byte tokenizer, GPT-2 BPE).
-json special_ids(const config::ModelDims& d) {
-  if (d.V == data::tok::kVocabSize) return {{"bos_token_id", data::tok::kBos}, {"eos_token_id", data::tok::kEos}};
-  if (d.V == 50257) return {{"bos_token_id", 50256}, {"eos_token_id", 50256}};
-  return json::object();
+// A JSON object file, or null when absent or unreadable (the sources below are optional).
+json json_object_or_null(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return nullptr;
+  std::ifstream in(path);
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : json();
+}
+
+// bos/eos/pad ids: those of the tokenizers sft-dp knows by vocabulary size (byte tokenizer, GPT-2
+// BPE), replaced by the ones in config.json of a Hugging Face directory among sources (the model
+// the run started from, the tokenizer source) whose vocab_size is the model's; later sources win.
+json special_ids(const config::ModelDims& d, const std::vector<std::string>& sources) {
+  json ids = json::object();
+  if (d.V == data::tok::kVocabSize) ids = {{"bos_token_id", data::tok::kBos}, {"eos_token_id", data::tok::kEos}};
+  if (d.V == 50257) ids = {{"bos_token_id", 50256}, {"eos_token_id", 50256}};
+  std::error_code ec;
+  for (const auto& dir : sources) {
+    if (dir.empty() || !fs::is_directory(dir, ec)) continue;
+    const json c = json_object_or_null(fs::path(dir) / "config.json");
+    if (c.is_null() || c.value("vocab_size", json()) != d.V) continue;
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if (c.contains(key) && !c[key].is_null()) ids[key] = c[key];
+  }
+  return ids;
+}
+
+// generation_config.json: the last source directory's own (sampling defaults, chat eos lists)
+// when it has one and the model's vocabulary, else the special ids alone.
+json generation_config(const config::ModelDims& d, const std::vector<std::string>& sources, const json& ids) {
+  json gen = {{"_from_model_config", true}};
+  gen.update(ids);
+  std::error_code ec;
+  for (const auto& dir : sources) {
+    if (dir.empty() || !fs::is_directory(dir, ec)) continue;
+    const json c = json_object_or_null(fs::path(dir) / "config.json");
+    const json g = json_object_or_null(fs::path(dir) / "generation_config.json");
+    if (!c.is_null() && c.value("vocab_size", json()) == d.V && !g.is_null()) gen = g;
+  }
+  return gen;
 }
 
 // The root attribute `config` (resolved YAML) of a checkpoint .h5.
@@ -118,7 +153,7 @@ std::vector<std::string> tokenizer_files(const std::string& source, const std::s
 }
 
 void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
-               const std::vector<float>& params, const std::string& tokenizer_dir) {
+               const std::vector<float>& params, const std::string& tokenizer_dir, const std::string& source_dir) {
   std::error_code ec;
   fs::path out = fs::absolute(out_dir, ec).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "dir/"
@@ -136,7 +171,8 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
   fs::remove_all(temp, ec);
   if (!fs::create_directory(temp, ec)) throw UserError(out_dir + ": cannot create " + temp.string() + ": " + ec.message());
   try {
-    const json ids = special_ids(d);
+    const std::vector<std::string> sources = {source_dir, tokenizer_dir};
+    const json ids = special_ids(d, sources);
     json cfg;
     std::vector<std::vector<float>> transposed;
     std::vector<NamedTensor> tensors;
@@ -148,9 +184,7 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
       tensors = gpt2_export_tensors(layout, params, transposed);
     }
     write_json(temp / "config.json", cfg);
-    json gen = {{"_from_model_config", true}};
-    gen.update(ids);
-    write_json(temp / "generation_config.json", gen);
+    write_json(temp / "generation_config.json", generation_config(d, sources, ids));
     write_safetensors((temp / "model.safetensors").string(), tensors, {{"format", "pt"}});
     for (const auto& f : tokenizer_paths) {
       fs::copy_file(f, temp / f.filename(), ec);
@@ -188,7 +222,7 @@ void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_
                     " no longer exists: if it was a Hugging Face directory, its config.json gave the "
                     "dimensions; restore it)");
   }
-  export_hf(out_dir, d, layout, params, tokenizer_dir);
+  export_hf(out_dir, d, layout, params, tokenizer_dir, cfg.load_parameters_path);
 }
 
 }  // namespace sftdp::hf

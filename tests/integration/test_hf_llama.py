@@ -199,7 +199,9 @@ def make_hf_dir(name, out, seed):
         os.makedirs(out)
         save_file(sd, f"{out}/model.safetensors", metadata={"format": "pt"})
         json.dump(dict(cfg, model_type="qwen3", architectures=["Qwen3ForCausalLM"], attention_bias=False,
-                       use_sliding_window=False, torch_dtype="float32"), open(f"{out}/config.json", "w"), indent=2)
+                       use_sliding_window=False, torch_dtype="float32", bos_token_id=None, eos_token_id=5),
+                  open(f"{out}/config.json", "w"), indent=2)
+        json.dump({"eos_token_id": [5, 6], "temperature": 0.7}, open(f"{out}/generation_config.json", "w"))
         return spec_of_hf_llama({k: v.numpy() for k, v in sd.items()}, L), cfg
     cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
            "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[family]
@@ -316,6 +318,10 @@ def test_export_round_trip_and_trained_model(env, note, name):
         assert cj[key] == oj.get(key), (key, cj[key], oj.get(key))
     if family == "qwen3":
         assert cj["architectures"] == ["Qwen3ForCausalLM"] and cj["head_dim"] == 16
+    # Special token ids and generation_config.json come from the directory the run started from.
+    for key in ["bos_token_id", "eos_token_id", "pad_token_id"]:
+        assert cj.get(key) == oj.get(key), (key, cj.get(key), oj.get(key))
+    assert json.load(open(f"{out}/generation_config.json")) == json.load(open(f"{src}/generation_config.json"))
 
     # Trained for 2 steps with hf_export: <run>/hf equals sft_export of the final checkpoint, and its
     # eval loss (transformers or, for qwen3, the reference on the exported tensors) is sft-dp's.
