@@ -46,7 +46,8 @@ std::string weights_source(const std::string& dir) {
 // config.json's model_type; without one, the family its architectures[0] names; else gpt2.
 std::string model_type(const json& j, const std::string& file) {
   if (j.contains("model_type")) {
-    if (!j["model_type"].is_string()) throw UserError(file + ": model_type must be a string, got " + j["model_type"].dump());
+    if (!j["model_type"].is_string())
+      throw UserError(file + ": model_type must be a string, got " + j["model_type"].dump());
     return j["model_type"].get<std::string>();
   }
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
@@ -58,7 +59,8 @@ std::string model_type(const json& j, const std::string& file) {
     const std::string arch = j["architectures"][0].get<std::string>();
     for (const auto& [name, type] : kArch)
       if (arch == name) return type;
-    throw UserError(file + ": architectures " + j["architectures"].dump() + " is not supported and model_type is missing");
+    throw UserError(file + ": architectures " + j["architectures"].dump() +
+                    " is not supported and model_type is missing");
   }
   return "gpt2";
 }

@@ -125,7 +125,8 @@ config::ModelDims read_llama_dims(const json& j, const std::string& file, const 
   if (type == "qwen2" || type == "qwen3")
     must_be_false(j, file, "use_sliding_window", "the model attends over the whole sequence");
   if (type == "mistral" && !(j.contains("sliding_window") && j["sliding_window"].is_null()))
-    throw UserError(file + ": sliding_window " + (j.contains("sliding_window") ? j["sliding_window"].dump() : "(absent: 4096)") +
+    throw UserError(file + ": sliding_window " +
+                    (j.contains("sliding_window") ? j["sliding_window"].dump() : "(absent: 4096)") +
                     " is not supported: a mistral model loads only with sliding_window null");
   return d;
 }
@@ -136,7 +137,8 @@ void load_llama_params(const std::string& dir, const config::ModelDims& d, const
   const std::string prefix = tensors.count("model.embed_tokens.weight") ? "model." : "";
   std::error_code ec;
   const fs::path single = fs::path(dir) / "model.safetensors";
-  const std::string source = (fs::exists(single, ec) ? single : fs::path(dir) / "model.safetensors.index.json").string();
+  const std::string source =
+      (fs::exists(single, ec) ? single : fs::path(dir) / "model.safetensors.index.json").string();
   const std::string family = config::block_name(d);
   params.assign(layout.total, 0.0f);
   for (const auto& p : layout.tensors) {
@@ -157,7 +159,8 @@ void load_llama_params(const std::string& dir, const config::ModelDims& d, const
       if (t.shape != want)
         throw UserError(t.file + ": tensor " + name + " has shape " + shape_text(t.shape) + ", config.json needs " +
                         shape_text(want));
-      if (row + part.rows > rows) die_internal("sftdp", "load_llama_params", p.name + ": parts overflow", __FILE__, __LINE__);
+      if (row + part.rows > rows)
+        die_internal("sftdp", "load_llama_params", p.name + ": parts overflow", __FILE__, __LINE__);
       std::memcpy(params.data() + p.offset + row * cols, t.data.data(), t.data.size() * sizeof(float));
       row += part.rows;
       tensors.erase(it);  // frees it now; what is left at the end is not part of the model
@@ -183,7 +186,8 @@ void load_llama_params(const std::string& dir, const config::ModelDims& d, const
 
 json llama_config_json(const config::ModelDims& d, const json& special) {
   const std::string type = config::block_name(d);
-  const std::string arch = type == "qwen2" ? "Qwen2ForCausalLM" : type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+  const std::string arch =
+      type == "qwen2" ? "Qwen2ForCausalLM" : type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
   json rope = nullptr;
   if (d.rope_scaling.llama3)
     rope = {{"rope_type", "llama3"}, {"factor", d.rope_scaling.factor},
