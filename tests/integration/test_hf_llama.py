@@ -356,11 +356,19 @@ def test_export_round_trip_and_trained_model(env, note, name):
     assert eval_rel <= 1e-5, (evals[-1], hf_eval)
 
 
-def test_mistral_sharded_and_bare_names(env):
-    """A mistral config.json with sliding_window null, transformers' sharded save, and LlamaModel's
-    names (no "model." prefix, no lm_head: tied) load to the same parameters as the original."""
+def test_mistral_sharded_bare_names_and_defaults(env):
+    """A mistral config.json with sliding_window null, transformers' sharded save, LlamaModel's
+    names (no "model." prefix, no lm_head: tied) and a config.json without the keys LlamaConfig
+    has defaults for (equal to this model's values) load to the same parameters as the original,
+    and train with the same first-step loss."""
     d, models, base = env
     p0, _ = models["llama"]
+    shutil.copytree(f"{d}/llama", f"{d}/defaults")
+    c = json.load(open(f"{d}/defaults/config.json"))
+    for key in ["tie_word_embeddings", "rope_theta", "rope_scaling", "head_dim", "hidden_act", "attention_bias",
+                "mlp_bias", "max_position_embeddings"]:
+        c.pop(key, None)
+    json.dump(c, open(f"{d}/defaults/config.json", "w"))
     m = transformers.LlamaForCausalLM.from_pretrained(f"{d}/llama")
     m.save_pretrained(f"{d}/sharded", safe_serialization=True, max_shard_size="20KB")
     assert os.path.exists(f"{d}/sharded/model.safetensors.index.json")
@@ -371,13 +379,15 @@ def test_mistral_sharded_and_bare_names(env):
     pt, _ = models["llama_tied"]
     transformers.LlamaForCausalLM.from_pretrained(f"{d}/llama_tied").model.save_pretrained(f"{d}/bare")
     assert "embed_tokens.weight" in load_file(f"{d}/bare/model.safetensors")
-    for tag, want in [("sharded", p0), ("mistral", p0), ("bare", pt)]:
+    for tag, want in [("sharded", p0), ("mistral", p0), ("defaults", p0), ("bare", pt)]:
         run_train(write_config(f"{d}/{tag}.yml", **base, load_parameters_path=f"{d}/{tag}/",
                                train_files=f"{d}/masked.h5", run_name=tag, learning_rate=0.0))
         got = read_params(f"{d}/out/{tag}/checkpoints/step_1.h5")
         assert set(got) == set(want), tag
         for k in want:
             assert np.array_equal(got[k], want[k]), (tag, k)
+    losses = {tag: read_metrics(f"{d}/out/{tag}")[0][0]["loss"] for tag in ["sharded", "mistral", "defaults"]}
+    assert len(set(losses.values())) == 1, losses
 
 
 def _bad_dir(d, src, name, edit_tensors=None, config_edit=None):
