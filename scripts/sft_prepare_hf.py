@@ -6,8 +6,10 @@ library through transformers; chat turns are rendered with the tokenizer's chat_
 apply_chat_template renders them (ChatML when it has none), loss only on assistant turns.
 
     python scripts/sft_prepare_hf.py --tokenizer DIR --input X.jsonl --output Y.h5 --max-length T \\
-        [--format auto|prompt_completion|chat] [--overflow drop|truncate] [--pack]
+        [--format auto|prompt_completion|chat] [--overflow drop|truncate] [--pack] [--preset NAME]
 
+--preset (scripts/chat_presets.py) checks the tokenizer against a Llama-family model preset and
+supplies that model's chat template and special-token roles where the tokenizer has none.
 Needs transformers, tokenizers, jinja2, h5py, numpy (scripts/setup_pyref.sh installs them into .pyref).
 """
 import json
@@ -18,6 +20,7 @@ import warnings
 USAGE = """\
 usage: sft_prepare_hf.py --tokenizer TOK --input X.jsonl --output Y.h5 --max-length T
                          [--format auto|prompt_completion|chat] [--overflow drop|truncate] [--pack]
+                         [--preset NAME]
   TOK is a directory saved by transformers (tokenizer.json + tokenizer_config.json with the
   chat_template and special tokens), a bare tokenizer.json, or a directory with GPT-2's BPE files
   (vocab.json + merges.txt, or OpenAI's encoder.json + vocab.bpe).
@@ -32,6 +35,11 @@ usage: sft_prepare_hf.py --tokenizer TOK --input X.jsonl --output Y.h5 --max-len
   --overflow drop     examples longer than T+1 tokens are left out (default)
   --overflow truncate they are cut to their first T+1 tokens
   --pack              several examples per row (/segment_ids, /positions)
+  --preset NAME       a model preset: smollm2-135m, smollm2-360m, qwen2.5-0.5b, qwen3-0.6b,
+                      llama-3.2-1b. The tokenizer must have the model's special tokens (chat
+                      markers, bos/eos/pad) as single ids and at most its vocab_size tokens; the
+                      model's chat template is used when the tokenizer has none (its own wins), and
+                      its bos/eos/pad fill the roles the tokenizer leaves unnamed.
   The file's vocab_size is the tokenizer's, added tokens included (GPT-2: 50257); rows are padded
   with its pad token (else EOS) at loss weight 0.
 Exit: 0 ok, 2 bad usage or input (one `error:` line, no output file written), 1 other failure.
@@ -117,14 +125,48 @@ def one_line(e):
     return text if len(text) < 300 else text[:297] + "..."
 
 
-class Vocab:
-    """What preparation needs from a tokenizer: encoding, its size and special ids, the template."""
+def preset_named(name):
+    here = os.path.dirname(os.path.abspath(__file__))  # chat_presets.py lies beside this script
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from chat_presets import BYTE_TOKENIZER_PRESETS, PRESETS
+    if name in BYTE_TOKENIZER_PRESETS:
+        raise UserError(f"--preset {name}: uses the byte tokenizer; prepare its data with the C++ "
+                        "sft_prepare")
+    if name not in PRESETS:
+        raise UserError(f'--preset: unknown preset "{name}" (known: {", ".join(PRESETS)})')
+    return PRESETS[name]
 
-    def __init__(self, tok):
+
+def check_preset(name, tok, size):
+    """The chat_presets.Preset called name, after checking tok has its special tokens as single
+    ids and at most its vocab_size tokens; its bos/eos/pad become tok's where tok names none."""
+    p = preset_named(name)
+    backend = tok.backend_tokenizer
+    for token in dict.fromkeys(p.required + tuple(t for t in (p.bos, p.eos, p.pad) if t)):
+        tid = backend.token_to_id(token)
+        if tid is None or backend.encode(token, add_special_tokens=False).ids != [tid]:
+            raise UserError(f"--preset {name}: the tokenizer has no {token} as a single token "
+                            f"({p.source} has {', '.join(p.required)})")
+    if size > p.vocab_size:
+        raise UserError(f"--preset {name}: the tokenizer has {size} tokens, more than the "
+                        f"model's vocab_size {p.vocab_size}")
+    for role in ("bos", "eos", "pad"):
+        if getattr(tok, f"{role}_token") is None and getattr(p, role):
+            setattr(tok, f"{role}_token", getattr(p, role))
+    return p
+
+
+class Vocab:
+    """What preparation needs from a tokenizer: encoding, its size and special ids, the template
+    (the tokenizer's own, else the preset's, else ChatML)."""
+
+    def __init__(self, tok, preset=None):
         self.tok = tok
         self.backend = tok.backend_tokenizer
         # Added tokens included; ids are < size even where a tokenizer.json leaves gaps.
         self.size = max(len(tok), 1 + max(tok.get_vocab().values(), default=-1))
+        p = check_preset(preset, tok, self.size) if preset else None
         self.eos_id = tok.eos_token_id
         if self.eos_id is None:  # a bare tokenizer.json names no EOS: take a well-known one it has
             for guess in EOS_GUESSES:
@@ -137,9 +179,10 @@ class Vocab:
         self.template = tok.chat_template if isinstance(tok.chat_template, str) else None
         if isinstance(tok.chat_template, dict):  # named templates: the default one
             self.template = tok.chat_template.get("default")
-        self.template_source = "tokenizer_config.json" if self.template else "ChatML default"
+        self.template_source = "tokenizer_config.json" if self.template else (
+            f"preset {preset} ({p.source})" if p else "ChatML default")
         if not self.template:
-            self.template = CHATML
+            self.template = p.template if p else CHATML
 
     def encode_batch(self, texts, special):
         return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=special)]
@@ -247,6 +290,31 @@ def common_prefix(a, b):
     return i
 
 
+def turn_span(vocab, messages, i, full):
+    """[start, end]: prefixes of the rendered conversation `full` that the assistant turn
+    messages[i] lies between. start renders messages[:i] with the generation prompt; end renders
+    messages[:i+1]. A template may render a reply differently when it is the last message (Qwen3:
+    an empty think block): then the turn ends where, in `full`, its content is followed by the text
+    that follows the content in the last-message rendering (its end-of-turn, e.g. <|im_end|>\n)."""
+    start, end = vocab.render(messages[:i], True), vocab.render(messages[:i + 1], False)
+    where = (f"the chat template does not render messages[:{i}] as a prefix of the whole "
+             f"conversation, so the tokens of assistant turn messages[{i}] cannot be located")
+    if not full.startswith(start):
+        raise UserError(where)
+    if full.startswith(end) and len(start) <= len(end):
+        return [start, end]
+    content = messages[i]["content"]
+    turn = end[len(start):] if end.startswith(start) else ""
+    at = full.find(content, len(start)) if content else -1
+    if not content or content not in turn or at < 0:
+        raise UserError(where.replace(f"messages[:{i}]", f"messages[:{i + 1}]"))
+    tail = turn[turn.rfind(content) + len(content):]
+    stop = at + len(content) + len(tail)
+    if not full.startswith(tail, at + len(content)):
+        raise UserError(where.replace(f"messages[:{i}]", f"messages[:{i + 1}]"))
+    return [start, full[:stop]]
+
+
 def tokenize(vocab, parsed, path):
     """Examples [(ids, weights)] in file order, and the count of turn-edge tokens that a chat
     template's text merged across a turn boundary (left out of the loss)."""
@@ -277,12 +345,7 @@ def tokenize(vocab, parsed, path):
             for i, turn in enumerate(messages):
                 if turn["role"] != "assistant":
                     continue
-                start, end = vocab.render(messages[:i], True), vocab.render(messages[:i + 1], False)
-                if not (full.startswith(start) and full.startswith(end) and len(start) <= len(end)):
-                    raise UserError(f"the chat template does not render messages[:{i}] as a prefix "
-                                    "of the whole conversation, so the tokens of assistant turn "
-                                    f"messages[{i}] cannot be located")
-                prefixes += [start, end]
+                prefixes += turn_span(vocab, messages, i, full)
         except TemplateError as e:
             raise UserError(f"{path}:{n}: chat template: {one_line(e)}")
         except UserError as e:
@@ -391,7 +454,7 @@ def write_data_file(path, columns, vocab_size):
 
 def parse_args(argv):
     opts = {"tokenizer": None, "input": None, "output": None, "T": None, "format": "auto",
-            "overflow": "drop", "pack": False}
+            "overflow": "drop", "pack": False, "preset": None}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -403,7 +466,7 @@ def parse_args(argv):
             i += 1
             continue
         flags = ("--tokenizer", "--input", "--output", "--max-length", "--max-target-length",
-                 "--format", "--overflow")
+                 "--format", "--overflow", "--preset")
         if arg not in flags:
             raise UserError(f'unknown argument "{arg}" (see sft_prepare_hf.py --help)')
         if i + 1 >= len(argv):
@@ -423,6 +486,8 @@ def parse_args(argv):
                 raise UserError(f'--overflow: expected drop or truncate, got "{value}"')
             opts["overflow"] = value
         else:
+            if arg == "--preset":
+                preset_named(value)
             opts[arg[2:]] = value
     if not (opts["tokenizer"] and opts["input"] and opts["output"] and opts["T"]):
         raise UserError("--tokenizer, --input, --output and --max-length are required")
@@ -440,7 +505,7 @@ def prepare(opts, vocab=None):
     """Everything but the write: (columns, rows, stats, straddling, vocab). The tokenizer is
     loaded from opts["tokenizer"] unless a Vocab is given (bench/bench_tokenizer.py)."""
     T = opts["T"]
-    vocab = vocab or Vocab(load_tokenizer(opts["tokenizer"]))
+    vocab = vocab or Vocab(load_tokenizer(opts["tokenizer"]), opts.get("preset"))
     parsed = read_jsonl(opts["input"], opts["format"])
     examples, straddling = tokenize(vocab, parsed, opts["input"])
     columns, rows, stats = build_rows(examples, T, opts["pack"], opts["overflow"] == "truncate",
