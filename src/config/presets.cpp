@@ -131,26 +131,31 @@ ModelDims hf_model_dims(const Config& cfg) {
     throw UserError(std::string(key) + ": " + given + " disagrees with " + value + " in " + file +
                     " (leave " + key + " out to use it)");
   };
-  auto agree = [&](const char* key, int64_t explicit_value, int value) {
+  // The config.json key of each dimension, by family, for "disagrees with n_embd = 32".
+  const bool gpt2 = hf.block == Block::kGpt2;
+  auto hf_key = [&](const char* gpt2_key, const char* llama_key) { return gpt2 ? gpt2_key : llama_key; };
+  auto agree = [&](const char* key, int64_t explicit_value, int value, const char* json_key) {
     if (explicit_value != -1 && explicit_value != value)
-      disagree(key, std::to_string(explicit_value), std::to_string(value));
+      disagree(key, std::to_string(explicit_value), std::string(json_key) + " = " + std::to_string(value));
   };
-  agree("num_decoder_layers", cfg.num_decoder_layers, hf.L);
-  agree("num_heads", cfg.num_heads, hf.NH);
-  agree("emb_dim", cfg.emb_dim, hf.C);
-  agree("mlp_dim", cfg.mlp_dim, hf.F);
-  agree("vocab_size", cfg.vocab_size, hf.V);
-  agree("max_position_embeddings", cfg.max_position_embeddings, hf.maxT);
-  agree("num_kv_heads", cfg.num_kv_heads, hf.kv_heads());
-  agree("head_dim", cfg.head_dim, hf.head_size());
+  agree("num_decoder_layers", cfg.num_decoder_layers, hf.L, hf_key("n_layer", "num_hidden_layers"));
+  agree("num_heads", cfg.num_heads, hf.NH, hf_key("n_head", "num_attention_heads"));
+  agree("emb_dim", cfg.emb_dim, hf.C, hf_key("n_embd", "hidden_size"));
+  agree("mlp_dim", cfg.mlp_dim, hf.F, hf_key("n_inner", "intermediate_size"));
+  agree("vocab_size", cfg.vocab_size, hf.V, "vocab_size");
+  agree("max_position_embeddings", cfg.max_position_embeddings, hf.maxT,
+        hf_key("n_positions", "max_position_embeddings"));
+  agree("num_kv_heads", cfg.num_kv_heads, hf.kv_heads(), hf_key("n_head", "num_key_value_heads"));
+  agree("head_dim", cfg.head_dim, hf.head_size(), hf_key("n_embd / n_head", "head_dim"));
   if (!cfg.decoder_block.empty() && cfg.decoder_block != block_name(hf))
-    disagree("decoder_block", cfg.decoder_block, block_name(hf));
+    disagree("decoder_block", cfg.decoder_block, "model_type = " + block_name(hf));
   if (!cfg.tie_word_embeddings.empty() && (cfg.tie_word_embeddings == "true") != hf.tied)
-    disagree("tie_word_embeddings", cfg.tie_word_embeddings, hf.tied ? "true" : "false");
+    disagree("tie_word_embeddings", cfg.tie_word_embeddings,
+             std::string("tie_word_embeddings = ") + (hf.tied ? "true" : "false"));
   if (cfg.rms_norm_eps != -1 && cfg.rms_norm_eps != hf.norm_eps)
-    disagree("rms_norm_eps", std::to_string(cfg.rms_norm_eps), std::to_string(hf.norm_eps));
+    disagree("rms_norm_eps", std::to_string(cfg.rms_norm_eps), "rms_norm_eps = " + std::to_string(hf.norm_eps));
   if (cfg.rope_theta != -1 && cfg.rope_theta != hf.rope_theta)
-    disagree("rope_theta", std::to_string(cfg.rope_theta), std::to_string(hf.rope_theta));
+    disagree("rope_theta", std::to_string(cfg.rope_theta), "rope_theta = " + std::to_string(hf.rope_theta));
   check_dims(hf);
   return hf;
 }

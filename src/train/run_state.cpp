@@ -148,7 +148,8 @@ void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model
   std::error_code ec;
   fs::remove_all(hf_dir, ec);  // an earlier end of this run; the new final checkpoint supersedes it
   if (ec) throw UserError("hf_export: cannot replace " + hf_dir + ": " + ec.message());
-  hf::export_hf(hf_dir, model.dims(), model.layout(), model.params_to_host(), cfg.hf_export_tokenizer);
+  hf::export_hf(hf_dir, model.dims(), model.layout(), model.params_to_host(), cfg.hf_export_tokenizer,
+                cfg.load_parameters_path);
   log::info("hugging face model %s", hf_dir.c_str());
 }
 
