@@ -1,6 +1,10 @@
 """Resume is bit-perfect (docs/SPEC.md §5): 6 steps straight vs 3 steps, a crash, and an automatic
 resume from the step-3 checkpoint for the last 3 give bitwise-identical parameters, AdamW moments
-and metrics (loss, lr, grad_norm, weight_sum). The loss also falls over 20 steps."""
+and metrics (loss, lr, grad_norm, weight_sum). The loss also falls over 20 steps.
+
+Every check runs for two models: gpt2-tiny, and a Llama-family one (issue 10) on packed rows (two
+segments a row, positions restarting at 0): llama-tiny with Qwen2's q/k/v biases and an untied LM
+head, so lm_head.weight and the biases' AdamW moments go through the checkpoint too."""
 import os
 
 import h5py
@@ -10,12 +14,32 @@ import pytest
 from harness import TINY_MODEL, make_data, read_metrics, read_params, run_train, write_config
 
 
+# model -> (model keys, extra make_data arguments)
+MODELS = {
+    "gpt2": (TINY_MODEL, {}),
+    "llama": (dict(model_name="llama-tiny", decoder_block="qwen2", tie_word_embeddings=False),
+              dict(segments=True)),
+}
+# Tensors whose presence (+) or absence (-) in the checkpoint shows the model keys took effect.
+SIGNATURE = {"gpt2": {"wpe": True, "h.1.mlp.fc.bias": True},
+             "llama": {"wpe": False, "lm_head.weight": True, "h.1.attn.qkv.bias": True,
+                       "h.1.attn.q_norm.weight": False}}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def model(workdir, request):
+    """(model name, its work dir)."""
+    os.makedirs(f"{workdir}/{request.param}")
+    return request.param, f"{workdir}/{request.param}"
+
+
 @pytest.fixture(scope="module")
-def cfg(workdir):
-    d = workdir
-    make_data(f"{d}/train.h5", 70, seed=1)
-    make_data(f"{d}/eval.h5", 20, seed=2)
-    base = dict(TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
+def cfg(model):
+    name, d = model
+    keys, data = MODELS[name]
+    make_data(f"{d}/train.h5", 70, seed=1, **data)
+    make_data(f"{d}/eval.h5", 20, seed=2, **data)
+    base = dict(keys, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
                 eval_files=f"{d}/eval.h5", eval_interval=2, max_target_length=16, global_batch_size=8,
                 gradient_accumulation_steps=2, steps=6, learning_rate=3e-3, warmup_steps_fraction=0.2,
                 enable_data_shuffling=True, data_shuffle_seed=5, checkpoint_period=3, hardware="cpu",
@@ -24,9 +48,9 @@ def cfg(workdir):
 
 
 @pytest.fixture(scope="module")
-def runs(workdir, cfg):
+def runs(model, cfg):
     """(straight run dir, resumed run dir, stdout of the resuming run)."""
-    d = workdir
+    d = model[1]
     run_train(cfg, {"base_output_directory": f"{d}/straight"})
     # The broken run: same 6-step schedule, but the process "dies" after the step-3 checkpoint.
     run_train(cfg, {"base_output_directory": f"{d}/broken"})
@@ -40,10 +64,13 @@ def runs(workdir, cfg):
     return f"{d}/straight/r", broken, p.stdout
 
 
-def test_straight_run_checkpoints(runs):
+def test_straight_run_checkpoints(model, runs):
     straight = runs[0]
     listing = sorted(os.listdir(f"{straight}/checkpoints"))
     assert listing == ["step_3.h5", "step_6.h5"], f"checkpoints of the straight run: {listing}"
+    params = read_params(f"{straight}/checkpoints/step_6.h5")
+    wrong = {k: want for k, want in SIGNATURE[model[0]].items() if (k in params) != want}
+    assert not wrong, f"{model[0]}: tensors present (True) / absent (False) as expected: {wrong}"
 
 
 def test_second_run_resumes_from_step_3(runs):
@@ -71,16 +98,16 @@ def test_metrics_identical(runs):
     assert [m["step"] for m in ms] == [1, 2, 3, 4, 5, 6], "metrics steps 1..6"
 
 
-def test_finished_run_is_a_noop(workdir, cfg, runs):
-    p = run_train(cfg, {"base_output_directory": f"{workdir}/straight"})
+def test_finished_run_is_a_noop(model, cfg, runs):
+    p = run_train(cfg, {"base_output_directory": f"{model[1]}/straight"})
     assert "already complete" in p.stdout, f"re-running a finished run is a no-op:\n{p.stdout}"
 
 
 @pytest.fixture(scope="module")
-def learned(workdir, cfg):
+def learned(model, cfg):
     """20 steps on a learnable task: target = (input + 1) mod V."""
-    d = workdir
-    make_data(f"{d}/learn.h5", 160, seed=4)
+    d = model[1]
+    make_data(f"{d}/learn.h5", 160, seed=4, **MODELS[model[0]][1])
     with h5py.File(f"{d}/learn.h5", "r+") as f:
         f["targets"][...] = (f["inputs"][...] + 1) % 64
     run_train(cfg, {"base_output_directory": f"{d}/learn", "train_files": f"{d}/learn.h5",
