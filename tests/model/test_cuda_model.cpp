@@ -1,5 +1,6 @@
-// tests/model/test_cuda_model.cpp — the whole GPT-2 on one GPU (model::Gpt2 on the CUDA Ops table)
-// against the same model on the CPU table: same weights and micro-batch (unequal masked rows, packed
+// tests/model/test_cuda_model.cpp — the whole model on one GPU (the CUDA Ops table) against the
+// same model on the CPU table, for GPT-2 and for Llama-family variants (GQA with an untied head and
+// Qwen2 biases; Qwen3 q/k norm with its own head size): same weights and micro-batch (unequal masked rows, packed
 // segments) give the same loss sum (1e-5), weight sum (exact) and gradient sums (1e-4 per tensor);
 // GA 1 equals GA 4 on the GPU; three training steps run twice are bitwise equal; bf16 GEMM inputs
 // (the GemmInputs::kBf16 table) keep the loss within 1e-2 of fp32. Every test skips without a
@@ -22,9 +23,28 @@ namespace {
 
 constexpr int kT = 12;  // tiny_dims().maxT: every position embedding is used
 
-// GPT-2 initialisation plus uniform noise, so LayerNorm weights and biases sit at no special value.
+struct Family {
+  const char* name;
+  config::ModelDims dims;
+};
+
+std::vector<Family> families() {
+  config::ModelDims llama;
+  llama.L = 2, llama.NH = 4, llama.C = 16, llama.F = 24, llama.V = 37, llama.maxT = 64;
+  llama.block = config::Block::kLlama, llama.KVH = 2, llama.HS = 4;
+  llama.tied = false, llama.qkv_bias = true, llama.rope_theta = 500000;
+  llama.rope_scaling = {true, 8, 1, 4, 16};
+  config::ModelDims qwen3 = llama;
+  qwen3.tied = true, qwen3.qkv_bias = false, qwen3.qk_norm = true, qwen3.HS = 6, qwen3.KVH = 1;
+  qwen3.norm_eps = 1e-6, qwen3.rope_scaling = {};
+  return {{"gpt2", tiny_dims()}, {"llama_gqa_untied_qkv_bias", llama}, {"qwen3_qk_norm_mqa", qwen3}};
+}
+
+class CudaModel : public ::testing::TestWithParam<Family> {};
+
+// Seeded initialisation plus uniform noise, so norm weights and biases sit at no special value.
 std::vector<float> noisy_params(const config::ModelDims& d) {
-  const auto layout = model::gpt2_layout(d);
+  const auto layout = model::param_layout(d);
   std::vector<float> p;
   model::init_params(p, layout, d, 7);
   const auto noise = uniform(p.size(), 99, -0.05f, 0.05f);
@@ -35,11 +55,11 @@ std::vector<float> noisy_params(const config::ModelDims& d) {
 // Gradient sums (with the two trailing sums) of one forward_backward per micro-batch from zero.
 std::vector<float> accumulated_grads(const Ops& ops, const config::ModelDims& d, const std::vector<float>& params,
                                      const std::vector<data::Batch>& micro_batches) {
-  model::Gpt2 m(d, ops, micro_batches.front().B, kT);
-  m.set_params_from_host(params);
-  m.zero_grads();
-  for (const auto& b : micro_batches) m.forward_backward(b);
-  return m.grads_to_host();
+  const auto m = model::make_model(d, ops, micro_batches.front().B, kT);
+  m->set_params_from_host(params);
+  m->zero_grads();
+  for (const auto& b : micro_batches) m->forward_backward(b);
+  return m->grads_to_host();
 }
 
 // The slice of a gradient buffer that belongs to one parameter tensor.
@@ -56,11 +76,11 @@ std::vector<float> normalised_grads(const std::vector<float>& buffer, size_t tot
   return g;
 }
 
-TEST(CudaGpt2, MatchesCpuOnSameWeightsAndData) {
+TEST_P(CudaModel, MatchesCpuOnSameWeightsAndData) {
   SFTDP_REQUIRE_CUDA(cuda);
-  const auto d = tiny_dims();
+  const auto d = GetParam().dims;
   const auto params = noisy_params(d);
-  const auto layout = model::gpt2_layout(d);
+  const auto layout = model::param_layout(d);
   for (bool segments : {false, true}) {
     SCOPED_TRACE(segments ? "packed segments" : "one sequence per row");
     const std::vector<data::Batch> batch = {random_rows(5, kT, d.V, 31, segments)};  // row 3 fully masked
@@ -74,10 +94,10 @@ TEST(CudaGpt2, MatchesCpuOnSameWeightsAndData) {
     }
 
     // The evaluation path (forward only) agrees too.
-    model::Gpt2 cpu_model(d, cpu_ops(), 5, kT), gpu_model(d, *cuda, 5, kT);
-    cpu_model.set_params_from_host(params);
-    gpu_model.set_params_from_host(params);
-    const auto cpu_eval = cpu_model.forward(batch.front()), gpu_eval = gpu_model.forward(batch.front());
+    const auto cpu_model = model::make_model(d, cpu_ops(), 5, kT), gpu_model = model::make_model(d, *cuda, 5, kT);
+    cpu_model->set_params_from_host(params);
+    gpu_model->set_params_from_host(params);
+    const auto cpu_eval = cpu_model->forward(batch.front()), gpu_eval = gpu_model->forward(batch.front());
     EXPECT_NEAR(gpu_eval.loss_sum, cpu_eval.loss_sum, 1e-5 * cpu_eval.loss_sum);
     EXPECT_EQ(gpu_eval.weight_sum, cpu_eval.weight_sum);
   }
@@ -85,11 +105,11 @@ TEST(CudaGpt2, MatchesCpuOnSameWeightsAndData) {
 
 // SPEC §1 on the GPU: 8 rows as one micro-batch or as 4 micro-batches of 2 give the same normalised
 // loss and gradients (the rows hold very different token counts; some are fully masked).
-TEST(CudaGpt2, GradientAccumulationIsOneBigBatch) {
+TEST_P(CudaModel, GradientAccumulationIsOneBigBatch) {
   SFTDP_REQUIRE_CUDA(cuda);
-  const auto d = tiny_dims();
+  const auto d = GetParam().dims;
   const auto params = noisy_params(d);
-  const size_t total = model::gpt2_layout(d).total;
+  const size_t total = model::param_layout(d).total;
   for (bool segments : {false, true}) {
     SCOPED_TRACE(segments ? "packed segments" : "one sequence per row");
     const auto rows = random_rows(8, kT, d.V, 2024, segments);
@@ -112,7 +132,8 @@ struct TrainedState {
 // Three optimizer steps (two micro-batches each) from `params` with fresh moments.
 TrainedState train_three_steps(const Ops& ops, const config::ModelDims& d, const std::vector<float>& params) {
   config::Config cfg;  // AdamW defaults, clipping at 1.0
-  model::Gpt2 m(d, ops, 3, kT);
+  const auto model = model::make_model(d, ops, 3, kT);
+  auto& m = *model;
   m.set_params_from_host(params);
   optim::AdamW opt(m);
   TrainedState s;
@@ -130,9 +151,9 @@ TrainedState train_three_steps(const Ops& ops, const config::ModelDims& d, const
   return s;
 }
 
-TEST(CudaGpt2, TwoRunsAreBitwiseEqual) {
+TEST_P(CudaModel, TwoRunsAreBitwiseEqual) {
   SFTDP_REQUIRE_CUDA(cuda);
-  const auto d = tiny_dims();
+  const auto d = GetParam().dims;
   const auto params = noisy_params(d);
   const auto first = train_three_steps(*cuda, d, params), second = train_three_steps(*cuda, d, params);
   EXPECT_FALSE(bitwise_equal(first.params, params)) << "the three steps changed no parameter";
@@ -145,13 +166,13 @@ TEST(CudaGpt2, TwoRunsAreBitwiseEqual) {
 
 // bf16 GEMM inputs (fp32 accumulation): the loss stays within 1e-2 of fp32, and the gradients show
 // that the inputs really were rounded. The two tables share scratch buffers and the algorithm cache.
-TEST(CudaGpt2, Bf16GemmLossCloseToFp32) {
+TEST_P(CudaModel, Bf16GemmLossCloseToFp32) {
   SFTDP_REQUIRE_CUDA(cuda);
   const Ops* cuda_bf16 = cuda_ops(GemmInputs::kBf16);
   ASSERT_NE(cuda_bf16, nullptr);
-  const auto d = tiny_dims();
+  const auto d = GetParam().dims;
   const auto params = noisy_params(d);
-  const size_t total = model::gpt2_layout(d).total;
+  const size_t total = model::param_layout(d).total;
   const std::vector<data::Batch> batch = {random_rows(5, kT, d.V, 77, /*segments=*/true)};
   const auto fp32 = accumulated_grads(*cuda, d, params, batch);
   const auto bf16 = accumulated_grads(*cuda_bf16, d, params, batch);
@@ -164,6 +185,9 @@ TEST(CudaGpt2, Bf16GemmLossCloseToFp32) {
   // bit for bit.
   EXPECT_TRUE(bitwise_equal(accumulated_grads(*cuda, d, params, batch), fp32));
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaModel, ::testing::ValuesIn(families()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace sftdp::test
