@@ -38,6 +38,13 @@ class Communicator {
   // In-place sum across ranks of n floats in this communicator's memory (host for MPI,
   // device for NCCL). Blocks until the result is usable by the caller's next op.
   virtual void allreduce_sum(float* buf, size_t n) = 0;
+  // ZeRO-1 (optim::ZeroShard), both in place on world·block floats of this communicator's memory,
+  // block r being [r·block, (r+1)·block); both block until the result is usable, like the above.
+  // reduce_scatter_sum: afterwards this rank's block holds the sum across ranks of that block;
+  // the other blocks hold unspecified values. all_gather: each rank's own block is copied to every
+  // rank (the other blocks are overwritten). One rank: both are the identity.
+  virtual void reduce_scatter_sum(float* buf, size_t block) = 0;
+  virtual void all_gather(float* buf, size_t block) = 0;
   // Host-side helpers, always over MPI: sums of doubles, broadcast of bytes, barrier.
   virtual void allreduce_sum_host(double* buf, size_t n) = 0;
   virtual void broadcast_host(void* buf, size_t bytes, int root) = 0;

@@ -51,6 +51,7 @@ struct Config {
   double adam_b1 = 0.9, adam_b2 = 0.95, adam_eps = 1e-8;
   double adam_weight_decay = 0.1;
   double gradient_clipping_threshold = 1.0;  // 0 = off
+  int64_t zero_stage = 0;  // 0 | 1: ZeRO-1, each rank keeps and updates its shard of the moments
   // Checkpoints
   int64_t checkpoint_period = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 0;   // 0 = keep all

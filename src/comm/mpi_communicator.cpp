@@ -1,13 +1,16 @@
 // src/comm/mpi_communicator.cpp — the CPU communicator: in-place MPI_Iallreduce (sum) of host
 // float buffers, waited for under the collective deadline (comm/collective.h). MPI takes an int
-// count, so buffers above INT_MAX floats go in chunks.
+// count, so buffers above INT_MAX floats go in chunks. ZeRO-1's reduce-scatter and all-gather
+// (MPI_Ireduce_scatter_block, MPI_Iallgather) take one block per rank, at most INT_MAX floats.
 #include <mpi.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "comm/collective.h"
 #include "comm/mpi_host.h"
+#include "sftdp/check.h"
 #include "sftdp/check_mpi.h"
 
 namespace sftdp::comm {
@@ -25,6 +28,24 @@ class MpiCommunicator final : public MpiHostCommunicator {
                                c.request()));
       c.wait();
     }
+  }
+  void reduce_scatter_sum(float* buf, size_t block) override {
+    if (world_ == 1 || block == 0) return;
+    SFTDP_ASSERT(block <= INT_MAX, "zero_stage 1: a shard above INT_MAX floats (MPI's count limit)");
+    detail::Collective c("the gradient reduce-scatter");
+    // In place, MPI puts this rank's summed block at the start of buf; move it to its own place.
+    CHECK_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, static_cast<int>(block), MPI_FLOAT,
+                                        MPI_SUM, MPI_COMM_WORLD, c.request()));
+    c.wait();
+    if (rank_ != 0) std::memmove(buf + rank_ * block, buf, block * sizeof(float));
+  }
+  void all_gather(float* buf, size_t block) override {
+    if (world_ == 1 || block == 0) return;
+    SFTDP_ASSERT(block <= INT_MAX, "zero_stage 1: a shard above INT_MAX floats (MPI's count limit)");
+    detail::Collective c("the parameter all-gather");
+    CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, static_cast<int>(block),
+                             MPI_FLOAT, MPI_COMM_WORLD, c.request()));
+    c.wait();
   }
 };
 

@@ -1,10 +1,11 @@
 // src/comm/nccl_communicator.cu — the GPU communicator (include/sftdp/comm.h): one NCCL
 // communicator over MPI_COMM_WORLD, its ncclUniqueId made by rank 0 and broadcast over MPI, its
-// own stream. allreduce_sum first makes that stream wait for everything queued on the kernels'
-// stream (an event, not a device-wide sync), runs one in-place fp32 ncclAllReduce (sum) and
-// returns when it is complete: an event polled (with ncclCommGetAsyncError) under the collective
-// deadline (comm/collective.h); on expiry ncclCommAbort, then the job ends naming the ranks that
-// never arrived. Host helpers come from MpiHostCommunicator (src/comm/mpi_host.h).
+// own stream. Each collective (allreduce_sum: one in-place fp32 ncclAllReduce; ZeRO-1's
+// ncclReduceScatter and ncclAllGather, in place) first makes that stream wait for everything
+// queued on the kernels' stream (an event, not a device-wide sync), and returns when it is
+// complete: an event polled (with ncclCommGetAsyncError) under the collective deadline
+// (comm/collective.h); on expiry ncclCommAbort, then the job ends naming the ranks that never
+// arrived. Host helpers come from MpiHostCommunicator (src/comm/mpi_host.h).
 // The CUDA device must be selected (cuda_select_device) before make_nccl_communicator().
 // The C API is all we use; the deprecated C++ bindings only add warnings under nvcc.
 #define OMPI_SKIP_MPICXX 1
@@ -52,28 +53,48 @@ class NcclCommunicator final : public MpiHostCommunicator {
   // buf: device memory, n floats, summed in place across ranks.
   void allreduce_sum(float* buf, size_t n) override {
     if (n == 0) return;
-    // The gradients were produced on the kernels' stream: wait for them without a device sync.
-    // (Both CUDA tables share that one stream.)
-    const auto kernels = static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream());
-    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels));
-    CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
     // GPU-CHECK: only ever run on one GPU so far (one rank: NCCL copies). A run with 2+ GPUs must
     // show the ranks' summed gradients bitwise equal (NCCL's ring/tree finish each chunk on one rank
     // and broadcast it) and the MPI-vs-NCCL loss curves within tolerance. Two ranks cannot share
     // one GPU (NCCL refuses duplicate devices), so this needs a multi-GPU machine.
-    detail::Collective c("the gradient allreduce");
-    CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
-    CHECK_CUDA(cudaEventRecord(reduced_, stream_));
-    // Returning means the sums are usable by whatever the caller queues next, on any stream.
-    // GPU-CHECK: untested on a GPU (this machine has none): the poll below replaced a plain
-    // cudaStreamSynchronize; a stopped rank must end a 2-GPU job within collective_timeout_s.
-    c.wait_until([this] { return allreduce_done(); }, [this] { (void)ncclCommAbort(comm_); });
+    run("the gradient allreduce",
+        [&] { CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_)); });
+  }
+  // ZeRO-1, in place: NCCL's in-place forms take this rank's block at buf + rank·block.
+  // GPU-CHECK: untested on a GPU; needs 2+ GPUs to be more than a copy.
+  void reduce_scatter_sum(float* buf, size_t block) override {
+    if (block == 0) return;
+    run("the gradient reduce-scatter", [&] {
+      CHECK_NCCL(ncclReduceScatter(buf, buf + rank_ * block, block, ncclFloat, ncclSum, comm_, stream_));
+    });
+  }
+  void all_gather(float* buf, size_t block) override {
+    if (block == 0) return;
+    run("the parameter all-gather",
+        [&] { CHECK_NCCL(ncclAllGather(buf + rank_ * block, buf, block, ncclFloat, comm_, stream_)); });
   }
 
  private:
+  // Queues `launch` (one NCCL collective on stream_) after everything already queued on the
+  // kernels' stream (an event, not a device-wide sync) and returns when it is complete.
+  template <class Launch>
+  void run(const char* what, const Launch& launch) {
+    // The buffers were produced on the kernels' stream (both CUDA tables share that one stream).
+    const auto kernels = static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream());
+    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels));
+    CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
+    detail::Collective c(what);
+    launch();
+    CHECK_CUDA(cudaEventRecord(reduced_, stream_));
+    // Returning means the result is usable by whatever the caller queues next, on any stream.
+    // GPU-CHECK: untested on a GPU (this machine has none): the poll below replaced a plain
+    // cudaStreamSynchronize; a stopped rank must end a 2-GPU job within collective_timeout_s.
+    c.wait_until([this] { return collective_done(); }, [this] { (void)ncclCommAbort(comm_); });
+  }
+
   // Polled by the deadline wait: true once reduced_ has passed; a CUDA error, or an error NCCL
   // reports asynchronously (a peer's network failure), is an internal error.
-  bool allreduce_done() {
+  bool collective_done() {
     const cudaError_t e = cudaEventQuery(reduced_);
     if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) CHECK_CUDA(e);
@@ -86,7 +107,7 @@ class NcclCommunicator final : public MpiHostCommunicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t kernels_done_ = nullptr;
-  cudaEvent_t reduced_ = nullptr;  // recorded on stream_ after each allreduce
+  cudaEvent_t reduced_ = nullptr;  // recorded on stream_ after each collective
 };
 
 }  // namespace

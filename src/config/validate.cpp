@@ -113,6 +113,8 @@ void validate_optimiser(const Config& cfg) {
   if (cfg.gradient_clipping_threshold < 0)
     fail("gradient_clipping_threshold",
          "must be >= 0 (0 = off), got " + format_double(cfg.gradient_clipping_threshold));
+  if (cfg.zero_stage != 0 && cfg.zero_stage != 1)
+    fail("zero_stage", "must be 0 or 1, got " + std::to_string(cfg.zero_stage));
 }
 
 void validate_checkpoints_and_logging(const Config& cfg) {

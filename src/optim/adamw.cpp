@@ -1,6 +1,8 @@
-// src/optim/adamw.cpp — the update after the allreduce (SPEC §1): read the global loss and weight
-// sums, skip when the weight sum is 0, global grad norm of g/W, clip, one fused AdamW whose
-// grad_scale folds 1/W and the clip factor (no extra pass over the gradients).
+// src/optim/adamw.cpp — the update after the gradient sums are summed across ranks (SPEC §1):
+// read the global loss and weight sums, skip when the weight sum is 0, global grad norm of g/W,
+// clip, one fused AdamW whose grad_scale folds 1/W and the clip factor (no extra pass over the
+// gradients). Under ZeRO-1 the same update runs on this rank's ZeroShard only (block, then tail),
+// and an all-gather of the parameters follows.
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -10,8 +12,21 @@
 namespace sftdp::optim {
 
 AdamW::AdamW(model::Model& model) : model_(model) {
+  allocate(zero_shard(model_.layout().total, model_.layout().n_decay, 0, 1));
+}
+
+AdamW::AdamW(model::Model& model, comm::Communicator& comm, int zero_stage)
+    : model_(model), comm_(&comm), sharded_(zero_stage == 1 && comm.world() > 1) {
+  SFTDP_ASSERT(zero_stage == 0 || zero_stage == 1, "zero_stage must be 0 or 1");
+  const auto& lay = model_.layout();
+  allocate(sharded_ ? zero_shard(lay.total, lay.n_decay, comm.rank(), comm.world())
+                    : zero_shard(lay.total, lay.n_decay, 0, 1));
+}
+
+void AdamW::allocate(const ZeroShard& shard) {
+  shard_ = shard;
   const Ops& o = model_.ops();
-  const size_t bytes = model_.layout().total * sizeof(float);
+  const size_t bytes = shard_.owned() * sizeof(float);
   m_ = static_cast<float*>(o.alloc(bytes));
   v_ = static_cast<float*>(o.alloc(bytes));
   scratch_ = static_cast<float*>(o.alloc(sizeof(float)));
@@ -27,21 +42,52 @@ AdamW::~AdamW() {
 void AdamW::set_moments_from_host(const std::vector<float>& m, const std::vector<float>& v) {
   const size_t n = model_.layout().total;
   SFTDP_ASSERT(m.size() == n && v.size() == n, "moment buffer size mismatch");
-  model_.ops().to_device(m_, m.data(), n * sizeof(float));
-  model_.ops().to_device(v_, v.data(), n * sizeof(float));
+  const Ops& o = model_.ops();
+  const ZeroShard& s = shard_;
+  o.to_device(m_, m.data() + s.begin, s.block * sizeof(float));
+  o.to_device(v_, v.data() + s.begin, s.block * sizeof(float));
+  o.to_device(m_ + s.block, m.data() + s.tail_begin, s.tail * sizeof(float));
+  o.to_device(v_ + s.block, v.data() + s.tail_begin, s.tail * sizeof(float));
 }
 
-void AdamW::moments_to_host(std::vector<float>& m, std::vector<float>& v) const {
-  const size_t n = model_.layout().total;
-  m.resize(n);
-  v.resize(n);
-  model_.ops().to_host(m.data(), m_, n * sizeof(float));
-  model_.ops().to_host(v.data(), v_, n * sizeof(float));
+// Sharded: every rank's block through the gradient buffer (free between steps), all-gathered;
+// the tail, the same on every rank, from this rank's copy.
+void AdamW::gather_moment(const float* mine, std::vector<float>& out) {
+  const Ops& o = model_.ops();
+  const ZeroShard& s = shard_;
+  out.resize(model_.layout().total);
+  if (!sharded_) {
+    o.to_host(out.data(), mine, s.block * sizeof(float));
+    return;
+  }
+  float* scratch = model_.grads();
+  o.copy(scratch + s.begin, mine, s.block * sizeof(float));
+  comm_->all_gather(scratch, s.block);
+  o.to_host(out.data(), scratch, s.tail_begin * sizeof(float));
+  o.to_host(out.data() + s.tail_begin, mine + s.block, s.tail * sizeof(float));
+}
+
+void AdamW::moments_to_host(std::vector<float>& m, std::vector<float>& v) {
+  gather_moment(m_, m);
+  gather_moment(v_, v);
+}
+
+void AdamW::reduce_gradients() {
+  SFTDP_ASSERT(comm_ != nullptr, "AdamW::reduce_gradients needs the communicator constructor");
+  float* g = model_.grads();
+  if (!sharded_) {  // one allreduce: gradient sums, loss sum and weight sum together
+    comm_->allreduce_sum(g, model_.grad_buffer_floats());
+    return;
+  }
+  comm_->reduce_scatter_sum(g, shard_.block);
+  // The tail and the two trailing sums are contiguous: [tail_begin, total + 2).
+  comm_->allreduce_sum(g + shard_.tail_begin, shard_.tail + 2);
 }
 
 StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   const Ops& o = model_.ops();
   const auto& lay = model_.layout();
+  const ZeroShard& sh = shard_;
   float sums[2];
   o.to_host(sums, model_.grads() + lay.total, sizeof sums);
   StepStats s;
@@ -51,10 +97,22 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
     return s;
   }
   s.loss = double(sums[0]) / s.weight_sum;
-  o.sum_squares(scratch_, model_.grads(), lay.total);
-  float sumsq = 0;
-  o.to_host(&sumsq, scratch_, sizeof sumsq);
-  s.grad_norm = std::sqrt(double(sumsq)) / s.weight_sum;
+  double sumsq = 0;
+  auto sum_squares = [&](const float* x, size_t n) {
+    if (n == 0) return 0.0;
+    float r = 0;
+    o.sum_squares(scratch_, x, n);
+    o.to_host(&r, scratch_, sizeof r);
+    return double(r);
+  };
+  if (!sharded_) {
+    sumsq = sum_squares(model_.grads(), lay.total);
+  } else {  // blocks: one partial per rank, summed across ranks; the tail once, on every rank
+    sumsq = sum_squares(model_.grads() + sh.begin, sh.block);
+    comm_->allreduce_sum_host(&sumsq, 1);
+    sumsq += sum_squares(model_.grads() + sh.tail_begin, sh.tail);
+  }
+  s.grad_norm = std::sqrt(sumsq) / s.weight_sum;
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     s.nonfinite = true;
     return s;
@@ -63,10 +121,16 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   if (cfg.gradient_clipping_threshold > 0 && s.grad_norm > cfg.gradient_clipping_threshold)
     clip = cfg.gradient_clipping_threshold / s.grad_norm;
   const float grad_scale = static_cast<float>(clip / s.weight_sum);
-  o.adamw_update(model_.params(), m_, v_, model_.grads(), lay.total, lay.n_decay,
-                 static_cast<float>(lr), static_cast<float>(cfg.adam_b1),
-                 static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
-                 static_cast<float>(cfg.adam_weight_decay), t, grad_scale);
+  auto update = [&](size_t begin, float* m, float* v, size_t n, size_t n_decay) {
+    if (n == 0) return;
+    o.adamw_update(model_.params() + begin, m, v, model_.grads() + begin, n, n_decay,
+                   static_cast<float>(lr), static_cast<float>(cfg.adam_b1),
+                   static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
+                   static_cast<float>(cfg.adam_weight_decay), t, grad_scale);
+  };
+  update(sh.begin, m_, v_, sh.block, sh.decay_block);
+  update(sh.tail_begin, m_ + sh.block, v_ + sh.block, sh.tail, sh.decay_tail);
+  if (sharded_) comm_->all_gather(model_.params(), sh.block);
   return s;
 }
 

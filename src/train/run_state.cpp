@@ -134,9 +134,11 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
 }
 
 void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
-                     const optim::AdamW& opt, checkpoint::TrainState state) {
+                     optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state) {
   std::vector<float> m, v;
-  opt.moments_to_host(m, v);
+  if (opt.sharded()) opt.moments_to_host(m, v);  // a collective: every rank gathers
+  if (comm.rank() != 0) return;
+  if (!opt.sharded()) opt.moments_to_host(m, v);
   state.config_yaml = cfg.to_yaml();
   const auto path = checkpoint::save(paths.checkpoint_dir, model.layout(), model.params_to_host(), m, v, state);
   checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);

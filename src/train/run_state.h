@@ -1,6 +1,7 @@
 // src/train/run_state.h — where a run starts and what it leaves behind: rank 0 reads the starting
 // state (newest checkpoint, load_parameters_path or seeded init), checks the output directory, and
-// every rank receives the same parameters, moments and data cursor; rank 0 writes checkpoints.
+// every rank receives the same parameters, global moments (each keeps its ZeRO-1 shard of them)
+// and data cursor; rank 0 writes checkpoints, always in the global layout.
 #pragma once
 #include <functional>
 
@@ -33,9 +34,10 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
                                optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
                                int64_t steps_per_epoch);
 
-// Rank 0 only: writes step_<S>.h5 atomically and prunes to keep_checkpoints.
+// Called on every rank (ZeRO-1 gathers the moment shards into the global layout first); rank 0
+// writes step_<S>.h5 atomically and prunes to keep_checkpoints.
 void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
-                     const optim::AdamW& opt, checkpoint::TrainState state);
+                     optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state);
 
 // Rank 0 only (hf_export): the current parameters as a Hugging Face GPT-2 directory
 // <run_dir>/hf/ (hf::export_hf, as sft_export writes it), replacing an earlier one.

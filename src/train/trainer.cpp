@@ -1,8 +1,9 @@
 // src/train/trainer.cpp — the one trainer loop (SPEC §1), the same for CPU and GPU and every
 // world size: for each optimizer step, GA micro-steps accumulate gradient SUMS and the loss and
 // weight sums; one allreduce sums them across ranks; then the update divides by the global
-// weight sum, clips and applies AdamW identically on every rank. Rank 0 writes metrics and
-// checkpoints. Everything that can be wrong with the input is checked before anything is written.
+// weight sum, clips and applies AdamW identically on every rank. Under ZeRO-1 (zero_stage 1) a
+// reduce-scatter replaces the allreduce, each rank updates its shard and the parameters are
+// all-gathered (optim::AdamW). Rank 0 writes metrics and checkpoints. Everything that can be wrong with the input is checked before anything is written.
 #include <chrono>
 #include <algorithm>
 #include <cmath>
@@ -76,7 +77,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
 
   const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T);
   model::Model& model = *model_ptr;
-  optim::AdamW opt(model);
+  optim::AdamW opt(model, comm, static_cast<int>(cfg.zero_stage));
   checkpoint::TrainState state =
       restore(cfg, paths, model, opt, comm, plan.global_batch, steps_per_epoch);
 
@@ -86,6 +87,9 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   log::info("data: %lld rows, %lld steps per epoch, %lld rows left over per epoch (not used)",
             (long long)train_data.rows(), (long long)steps_per_epoch,
             (long long)sampler.rows_left_over());
+  log::info("optimizer: zero_stage %lld, AdamW moments %.3f MiB on this rank (%zu of %zu floats each of m, v)",
+            (long long)cfg.zero_stage, opt.moment_bytes() / 1048576.0, opt.shard().owned(),
+            model.layout().total);
   if (state.step >= total_steps) {
     log::info("run already complete: %lld of %lld steps", (long long)state.step, (long long)total_steps);
     return 0;
@@ -127,8 +131,8 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
         model.forward_backward(batch);
       }
     });
-    // One allreduce: gradient sums, loss sum and weight sum together.
-    comm.allreduce_sum(model.grads(), model.grad_buffer_floats());
+    // One allreduce of gradient sums, loss sum and weight sum together (ZeRO-1: reduce-scatter).
+    opt.reduce_gradients();
     const double lr = optim::learning_rate(cfg, state.step, total_steps);
     // AdamW's t counts updates actually made: a skipped step makes none.
     const auto stats = opt.apply(cfg, lr, static_cast<int>(state.optimizer_updates + 1));
@@ -175,7 +179,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     double stop = stop_requested() ? 1.0 : 0.0;
     comm.allreduce_sum_host(&stop, 1);
     const bool periodic = cfg.checkpoint_period > 0 && state.step % cfg.checkpoint_period == 0;
-    if (comm.rank() == 0 && (periodic || last || stop > 0)) save_checkpoint(cfg, paths, model, opt, state);
+    if (periodic || last || stop > 0) save_checkpoint(cfg, paths, model, opt, comm, state);
     if (comm.rank() == 0 && last && cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, paths, model); });
     if (stop > 0 && !last) {
       comm.barrier();

@@ -111,6 +111,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "adam_weight_decay: must be >= 0, got -1.0"},
         BadValue{"NegativeClipping", {"gradient_clipping_threshold=-2"},
                  "gradient_clipping_threshold: must be >= 0 (0 = off), got -2.0"},
+        BadValue{"ZeroStageTwo", {"zero_stage=2"}, "zero_stage: must be 0 or 1, got 2"},
         // Checkpoints and logging
         BadValue{"NegativeCheckpointPeriod", {"checkpoint_period=-5"},
                  "checkpoint_period: must be >= 0, got -5"},
