@@ -7,7 +7,7 @@
 # build-test: unpack the packages, configure with CUDA (build-cuda/), build, ctest -L gpu.
 # e2e-bench: the same steps first (no-ops on the warm machine: build-cuda/ and build-pkgroot/ are
 # git-ignored, so they stay between calls; a fresh machine rebuilds them; carry only .debs),
-# then tiny-model runs (GPU vs CPU loss, two GPU runs bitwise, GA 1 vs 4, bf16), two ranks on the
+# then tiny-model runs (GPU vs CPU loss, two GPU runs bitwise, GA 1 vs 4, bf16, llama-tiny GPU vs CPU), two ranks on the
 # one GPU (auto: CPU, gpu: exit 2) and bench_gpu_step (GPT-2 124M step time, markdown report).
 # Every step runs under `timeout`, inside SFTDP_GPU_CHECK_LIMIT s (default: timeout_s above - 30);
 # a failed step is logged and the others still run. Results: ONE file, $OUT/gpu_check_<mode>.tar.gz
@@ -131,6 +131,10 @@ main() {
     step gpu_matches_cpu 20 compare gpu cpu 1e-3     # differences grow over the 30 steps
     step ga4_matches_ga1 20 compare gpu_ga4 gpu 1e-3
     step bf16_tracks_fp32 20 compare gpu_bf16 gpu 5e-2
+    # issue 10: the Llama family (GQA, RoPE, SwiGLU, untied head) on the GPU against the CPU
+    step train_llama_gpu 60 train llama_gpu hardware=gpu model_name=llama-tiny tie_word_embeddings=false
+    step train_llama_cpu 90 train llama_cpu hardware=cpu model_name=llama-tiny tie_word_embeddings=false
+    step llama_gpu_matches_cpu 20 compare llama_gpu llama_cpu 1e-3
     step two_ranks_one_gpu 90 two_ranks_one_gpu
     step bench_gpu_step 240 bench
   fi

@@ -17,6 +17,7 @@ SCRIPT = os.path.join(SOURCE, "scripts", "gpu_check.sh")
 PREPARE = ["machine", "packages", "configure", "build"]
 E2E = PREPARE + ["data", "train_gpu", "train_gpu_again", "train_cpu", "train_gpu_ga4", "train_gpu_bf16",
                  "gpu_runs_bitwise_equal", "gpu_matches_cpu", "ga4_matches_ga1", "bf16_tracks_fp32",
+                 "train_llama_gpu", "train_llama_cpu", "llama_gpu_matches_cpu",
                  "two_ranks_one_gpu", "bench_gpu_step"]
 
 
