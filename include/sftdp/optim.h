@@ -59,8 +59,9 @@ class AdamW {
   float* v() { return v_; }
   // m, v: the GLOBAL layout (layout.total floats); this rank keeps its shard of them.
   void set_moments_from_host(const std::vector<float>& m, const std::vector<float>& v);
-  // The GLOBAL m and v. Sharded: a collective (every rank must call it; every rank receives
-  // them) that uses model.grads() as scratch, so call it only between steps (after apply).
+  // The GLOBAL m and v. Sharded: a collective (every rank must call it) that uses model.grads()
+  // as scratch, so call it only between steps (after apply); only rank 0 receives them (the
+  // checkpoint writer), the others get empty vectors and hold no global copy on the host.
   void moments_to_host(std::vector<float>& m, std::vector<float>& v);
 
   // Sums model.grads() (gradient sums, loss sum, weight sum) across ranks: zero_stage 0 one

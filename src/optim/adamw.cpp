@@ -50,19 +50,22 @@ void AdamW::set_moments_from_host(const std::vector<float>& m, const std::vector
   o.to_device(v_ + s.block, v.data() + s.tail_begin, s.tail * sizeof(float));
 }
 
-// Sharded: every rank's block through the gradient buffer (free between steps), all-gathered;
-// the tail, the same on every rank, from this rank's copy.
+// Sharded: every rank's block through the gradient buffer (free between steps), all-gathered
+// (NCCL has no gather); rank 0 copies it out, with the tail (the same on every rank) from its own.
 void AdamW::gather_moment(const float* mine, std::vector<float>& out) {
   const Ops& o = model_.ops();
   const ZeroShard& s = shard_;
-  out.resize(model_.layout().total);
   if (!sharded_) {
+    out.resize(model_.layout().total);
     o.to_host(out.data(), mine, s.block * sizeof(float));
     return;
   }
   float* scratch = model_.grads();
   o.copy(scratch + s.begin, mine, s.block * sizeof(float));
   comm_->all_gather(scratch, s.block);
+  out.clear();
+  if (comm_->rank() != 0) return;
+  out.resize(model_.layout().total);
   o.to_host(out.data(), scratch, s.tail_begin * sizeof(float));
   o.to_host(out.data() + s.tail_begin, mine + s.block, s.tail * sizeof(float));
 }

@@ -136,7 +136,7 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
 void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
                      optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state) {
   std::vector<float> m, v;
-  if (opt.sharded()) opt.moments_to_host(m, v);  // a collective: every rank gathers
+  if (opt.sharded()) opt.moments_to_host(m, v);  // a collective; rank 0 receives them
   if (comm.rank() != 0) return;
   if (!opt.sharded()) opt.moments_to_host(m, v);
   state.config_yaml = cfg.to_yaml();
