@@ -1,5 +1,6 @@
-// bench/bench_gpu_step.cpp — one optimizer step of GPT-2 124M (L12 NH12 C768 F3072 V50257) on one GPU
-// at B=8, T=1024, with bf16 GEMM inputs and in fp32: checked first (initial loss ≈ ln V), then the
+// bench/bench_gpu_step.cpp — one optimizer step of GPT-2 124M (L12 NH12 C768 F3072 V50257) and of
+// the Llama-family SmolLM2-135M (L30 NH9 KVH3 HS64 C576 F1536 V49152) on one GPU at B=8, T=1024,
+// with bf16 GEMM inputs and in fp32: checked first (initial loss ≈ ln V), then the
 // median step time, tokens/s, achieved TFLOP/s, MFU against the GPU's rated dense bf16 peak and the
 // fraction of cuBLAS's bf16 GEMM rate measured in the same run. Prints markdown; with
 // $SFTDP_BENCH_OUT=<dir> also writes <dir>/gpu_step_<UTC>.md. Env: SFTDP_BENCH_B, SFTDP_BENCH_T,
@@ -35,7 +36,12 @@ using namespace sftdp;
 
 namespace {
 
-constexpr config::ModelDims kGpt2_124M = {12, 12, 768, 3072, 50257, 1024};  // the gpt2-124m preset
+// The models benched, by preset name (src/config/presets.cpp).
+config::ModelDims preset(const char* name) {
+  config::Config cfg;
+  cfg.model_name = name;
+  return config::model_dims(cfg);
+}
 
 // Rated dense (no 2:4 sparsity) bf16 tensor-core peak of the H200 SXM: NVIDIA's H200 datasheet lists
 // 1,979 TFLOP/s for BF16 "with sparsity", i.e. 989 TFLOP/s dense (the same as the H100 SXM). The
@@ -119,11 +125,11 @@ struct StepResult {
 
 // zero_grads + forward_backward + AdamW::apply + synchronize, on the same batch every step, on the
 // CUDA table for the given GEMM inputs.
-StepResult time_steps(const std::string& mode, GemmInputs inputs, const std::vector<float>& params,
-                      const data::Batch& batch, int steps) {
-  const config::ModelDims& d = kGpt2_124M;
+StepResult time_steps(const config::ModelDims& d, const std::string& mode, GemmInputs inputs,
+                      const std::vector<float>& params, const data::Batch& batch, int steps) {
   const Ops& ops = *cuda_ops(inputs);
-  model::Gpt2 m(d, ops, batch.B, batch.T);
+  const auto model = model::make_model(d, ops, batch.B, batch.T);
+  model::Model& m = *model;
   m.set_params_from_host(params);
   optim::AdamW opt(m);
   const config::Config cfg;  // AdamW defaults, clipping at 1.0
@@ -165,7 +171,7 @@ int main() {
   const int device = cuda_select_device(0);
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
-  const config::ModelDims& d = kGpt2_124M;
+  const config::ModelDims d = preset("gpt2-124m");  // the GEMM shapes below are GPT-2's
   const int B = env_int("SFTDP_BENCH_B", 8), T = std::min(env_int("SFTDP_BENCH_T", 1024), d.maxT);
   const int steps = env_int("SFTDP_BENCH_STEPS", 10);
 
@@ -193,41 +199,50 @@ int main() {
   }
   CHECK_CUBLAS(cublasDestroy(handle));
 
-  std::vector<float> params;
-  model::init_params(params, model::gpt2_layout(d), d, 1);
   const auto batch = bench::random_batch(B, T, d.V);
-  const double flops = bench::train_flops(d, B, T);
   std::ostringstream step_table;
   const double rated_peak = rated_peak_tflops(prop);
-  step_table << "| GEMM inputs | ms/step | tokens/s | TFLOP/s | MFU | of cuBLAS bf16 | initial loss | loss after "
-             << steps + 2 << " steps |\n|---|--:|--:|--:|--:|--:|--:|--:|\n";
+  step_table << "| model | parameters | GEMM inputs | ms/step | tokens/s | TFLOP/s | MFU | of cuBLAS bf16 | initial loss | "
+             << "loss after " << steps + 2 << " steps |\n|---|--:|---|--:|--:|--:|--:|--:|--:|--:|\n";
   bool ok = true;
-  double bf16_initial = 0;
-  for (bool bf16 : {true, false}) {
-    const std::string mode = bf16 ? "bf16" : "fp32";
-    const StepResult r = time_steps(mode, bf16 ? GemmInputs::kBf16 : GemmInputs::kFp32, params, batch, steps);
-    ok &= r.ok;
-    if (bf16) bf16_initial = r.initial_loss;
-    if (!r.ok) continue;
-    const double tflops = flops / (r.ms * 1e-3) / 1e12;
-    step_table << "| " << mode << " | " << bench::fmt(r.ms, 1) << " | " << bench::fmt(tokens / (r.ms * 1e-3), 0)
-               << " | " << bench::fmt(tflops, 1) << " | "
-               << (rated_peak > 0 ? bench::fmt(100.0 * tflops / rated_peak, 1) + "%" : std::string("n/a")) << " | "
-               << bench::fmt(100.0 * tflops / peak, 1) << "% | "
-               << bench::fmt(r.initial_loss, 4) << " | " << bench::fmt(r.final_loss, 4) << " |\n";
-    if (!bf16) {  // same weights and data: bf16 GEMM inputs move the loss by well under 1%
-      ok &= bench::check("bf16 vs fp32 initial loss, relative", std::fabs(bf16_initial / r.initial_loss - 1), 1e-2);
+  for (const char* name : {"gpt2-124m", "smollm2-135m"}) {
+    const config::ModelDims md = preset(name);
+    std::vector<float> params;
+    model::init_params(params, model::param_layout(md), md, 1);
+    const auto model_batch = md.V == d.V ? batch : bench::random_batch(B, T, md.V);
+    const double flops = bench::train_flops(md, B, T);
+    double bf16_initial = 0;
+    for (bool bf16 : {true, false}) {
+      const std::string mode = std::string(name) + (bf16 ? " bf16" : " fp32");
+      const StepResult r =
+          time_steps(md, mode, bf16 ? GemmInputs::kBf16 : GemmInputs::kFp32, params, model_batch, steps);
+      ok &= r.ok;
+      if (bf16) bf16_initial = r.initial_loss;
+      if (!r.ok) continue;
+      const double tflops = flops / (r.ms * 1e-3) / 1e12;
+      step_table << "| " << name << " | " << params.size() << " | " << (bf16 ? "bf16" : "fp32") << " | "
+                 << bench::fmt(r.ms, 1) << " | " << bench::fmt(tokens / (r.ms * 1e-3), 0) << " | "
+                 << bench::fmt(tflops, 1) << " | "
+                 << (rated_peak > 0 ? bench::fmt(100.0 * tflops / rated_peak, 1) + "%" : std::string("n/a")) << " | "
+                 << bench::fmt(100.0 * tflops / peak, 1) << "% | " << bench::fmt(r.initial_loss, 4) << " | "
+                 << bench::fmt(r.final_loss, 4) << " |\n";
+      if (!bf16) {  // same weights and data: bf16 GEMM inputs move the loss by well under 1%
+        ok &= bench::check(mode + ": bf16 vs fp32 initial loss, relative",
+                           std::fabs(bf16_initial / r.initial_loss - 1), 1e-2);
+      }
     }
   }
 
   std::ostringstream report;
-  report << "# GPT-2 124M train step on one GPU, " << utc_stamp("%Y-%m-%d %H:%M UTC") << "\n\n"
-         << "Device: " << prop.name << " (" << prop.multiProcessorCount << " SMs). Model L=12 NH=12 C=768 F=3072 "
-         << "V=50257, " << params.size() << " parameters; B=" << B << ", T=" << T << " (" << tokens
+  report << "# GPT-2 124M and SmolLM2-135M train steps on one GPU, " << utc_stamp("%Y-%m-%d %H:%M UTC") << "\n\n"
+         << "Device: " << prop.name << " (" << prop.multiProcessorCount << " SMs). Models: gpt2-124m (L=12 NH=12 "
+         << "C=768 F=3072 V=50257) and the Llama-family smollm2-135m (L=30 NH=9 KVH=3 HS=64 C=576 F=1536 V=49152, "
+         << "RMSNorm, RoPE, SwiGLU, GQA, tied head); B=" << B << ", T=" << T << " (" << tokens
          << " tokens per step, a quarter of each row masked). Median of " << steps << " steps (zero_grads + "
          << "forward_backward + AdamW apply + synchronize) after one checked and one warm-up step.\n\n"
          << step_table.str() << "\n"
-         << "TFLOP/s = (6·W + 12·L·C·T)·B·T per step (" << bench::fmt(flops / 1e12, 2) << " TFLOP): 6 flops per "
+         << "TFLOP/s = (6·W + 12·L·A·T)·B·T per step (GPT-2: " << bench::fmt(bench::train_flops(d, B, T) / 1e12, 2)
+         << " TFLOP; A = attention width NH·HS): 6 flops per "
          << "GEMM weight W and token (forward 2, backward 4) plus the attention products over the full T×T (llm.c / "
          << "PaLM convention; bench::train_flops, the count every bench uses). MFU = that rate / the rated dense "
          << "bf16 peak ("
