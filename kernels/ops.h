@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/encoder.h"
+#include "kernels/gather.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -58,6 +59,8 @@ struct Ops {
   decltype(&cpu::swiglu_fwd) swiglu_fwd;
   decltype(&cpu::swiglu_bwd) swiglu_bwd;
   decltype(&cpu::cross_entropy_fwd_bwd) cross_entropy_fwd_bwd;
+  decltype(&cpu::gather_rows) gather_rows;
+  decltype(&cpu::scatter_rows) scatter_rows;
   decltype(&cpu::adamw_update) adamw_update;
   decltype(&cpu::sum_squares) sum_squares;
 };

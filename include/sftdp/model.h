@@ -4,7 +4,10 @@
 // one flat buffer, >= 2-D weights first (they take weight decay), then vectors. The gradient
 // buffer has the same layout plus two trailing floats: [P] = loss sum, [P+1] = weight sum, so one
 // allreduce carries gradient sums and both counts (SPEC §1). The trainer, optimiser, checkpoints
-// and evaluation see only Model; the families differ in their layout and their two passes.
+// and evaluation see only Model; the families differ in their layout and their two passes, which
+// stop at the final hidden state. The LM head and the masked cross-entropy are Model's: a fused,
+// chunked linear cross-entropy over only the positions with loss weight != 0 (gathered on the
+// host at upload), so the (B·T, V) logits are never materialised; see src/model/model.cpp.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -82,13 +85,25 @@ class Model {
   // Forward only: the micro-batch's loss sum and weight sum.
   LossSums forward(const data::Batch& batch);
 
+  // The fused head's chunk: how many gathered positions share one (rows, V) logits buffer. The
+  // default, 0, picks default_head_chunk_rows(). every_row = true sends every position, weight 0
+  // included, through the head in one chunk of max_B·T rows: the unfused computation as it was
+  // before the fused head (tests compare against it; the buffers then hold (max_B·T, V) logits).
+  // Reallocates the head's buffers: call it between steps, not per step.
+  void set_head_chunking(int rows, bool every_row = false);
+  int head_chunk_rows() const { return head_rows_; }
+  // Chunk logits of at most 128 MiB (fp32), at least 256 rows, at most max_B·T rows.
+  static int default_head_chunk_rows(int V, int max_rows);
+
  protected:
-  // The micro-batch on the device, shared by both families' passes.
+  // The micro-batch on the device, shared by both families' passes. The head's positions (weight
+  // != 0, ascending; every position with every_row) come gathered: index, target and weight.
   struct Io {
-    int32_t *inputs, *targets, *segments, *positions;  // (N) each
-    float *weights;                                    // (N)
-    float *logits;                                     // (N,V); dlogits in place in backward
+    int32_t *inputs, *segments, *positions;            // (N) each
+    int32_t *active, *active_targets;                  // (N) each, first n_active used
+    float *active_weights;                             // (N), first n_active used
     float *eval_sums;                                  // (2)
+    int n_active = 0;
     bool has_segments = false, has_positions = false;
     const int32_t* seg() const { return has_segments ? segments : nullptr; }
     const int32_t* pos() const { return has_positions ? positions : nullptr; }
@@ -97,9 +112,11 @@ class Model {
   // Device memory owned by the model, zero-filled, freed with it.
   float* alloc_floats(size_t n);
   int32_t* alloc_ints(size_t n);
-  // Fills io_.logits for B rows from params_ and io_ (the family's forward pass).
+  // The family's forward pass for B rows from params_ and io_, up to hidden_ (the final norm's
+  // output, the LM head's input).
   virtual void run_forward(int B) = 0;
-  // io_.logits holds dlogits: gradient sums += (the family's backward pass).
+  // The family's backward pass from dhidden_ = d(loss sum)/d hidden_: gradient sums +=, the head
+  // weight's own gradient excluded (Model adds it).
   virtual void run_backward(int B) = 0;
 
   config::ModelDims d_;
@@ -109,10 +126,27 @@ class Model {
   float* params_ = nullptr;
   float* grads_ = nullptr;
   Io io_{};
+  // Set by the family's constructor: hidden_ (max_B·T, C), dhidden_ (max_B·T, C) (may be scratch
+  // of the family that run_forward overwrites: Model writes it between the two passes), and the
+  // LM head weight [V, C] (wte when tied) as an offset into the parameters and the gradients.
+  float* hidden_ = nullptr;
+  float* dhidden_ = nullptr;
+  size_t head_ = 0;
 
  private:
   void upload(const data::Batch& b);
+  // The fused head on the gathered positions: loss and weight sums += into sums; with backward,
+  // the head weight's gradient += and dhidden_ = (0 on positions outside the head).
+  void run_head(float* sums, bool backward, int B);
+  void free_owned(void* p);
   std::vector<void*> owned_;
+  // Host staging of the gathered positions, sized max_B·T once (no per-step allocation).
+  std::vector<int32_t> host_active_, host_targets_;
+  std::vector<float> host_weights_;
+  // The head's chunk buffers: gathered hidden rows, their logits (dlogits in place), d rows.
+  float *head_x_ = nullptr, *head_logits_ = nullptr, *head_dx_ = nullptr;
+  int head_rows_ = 0;
+  bool every_row_ = false;
 };
 
 // The model of d's family, with activations for max_B rows of T tokens.
@@ -144,7 +178,7 @@ class Llama final : public Model {
   void run_backward(int B) override;
   // Per layer: ln_1, qkv w, qkv b, q_norm, k_norm, proj, ln_2, fc, mlp.proj (absent: SIZE_MAX).
   std::vector<std::array<size_t, 9>> layer_offsets_;
-  size_t wte_ = 0, lnf_ = 0, head_ = 0;  // head_ = wte_ when tied
+  size_t wte_ = 0, lnf_ = 0;
   Acts* acts_ = nullptr;
 };
 

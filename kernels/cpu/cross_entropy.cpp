@@ -64,7 +64,12 @@ void cross_entropy_fwd_bwd(float* sums,                                   // (2)
                            const float* logits,                           // (N,V)
                            const int32_t* targets, const float* weights,  // (N) (N)
                            int N, int V) {
-  std::vector<double> row_loss(static_cast<size_t>(N), 0.0);
+  // Per-row losses, reduced after the parallel pass. Grow-only, per calling thread: no allocation
+  // per step once the largest N has been seen (every row is written below before it is read).
+  // (The OpenMP threads reach it through this pointer: thread_local names their own copies.)
+  thread_local std::vector<double> row_loss_buffer;
+  if (row_loss_buffer.size() < static_cast<size_t>(N)) row_loss_buffer.resize(static_cast<size_t>(N));
+  double* const row_loss = row_loss_buffer.data();
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const size_t off = static_cast<size_t>(n) * V;
@@ -73,6 +78,7 @@ void cross_entropy_fwd_bwd(float* sums,                                   // (2)
     const float w = weights[n];
     if (w == 0.0f) {  // prompt / padding token: no loss, no gradient
       if (dx) std::memset(dx, 0, static_cast<size_t>(V) * sizeof(float));
+      row_loss[static_cast<size_t>(n)] = 0.0;
       continue;
     }
     const int target = targets[n];

@@ -67,6 +67,8 @@ const Ops& cpu_ops() {
       .swiglu_fwd = cpu::swiglu_fwd,
       .swiglu_bwd = cpu::swiglu_bwd,
       .cross_entropy_fwd_bwd = cpu::cross_entropy_fwd_bwd,
+      .gather_rows = cpu::gather_rows,
+      .scatter_rows = cpu::scatter_rows,
       .adamw_update = cpu::adamw_update,
       .sum_squares = cpu::sum_squares,
   };

@@ -107,6 +107,8 @@ constexpr Ops make_cuda_ops() {
       .swiglu_fwd = on_stream<&cpu::swiglu_fwd, &cuda::swiglu_fwd>(),
       .swiglu_bwd = on_stream<&cpu::swiglu_bwd, &cuda::swiglu_bwd>(),
       .cross_entropy_fwd_bwd = on_stream<&cpu::cross_entropy_fwd_bwd, &cuda::cross_entropy_fwd_bwd>(),
+      .gather_rows = on_stream<&cpu::gather_rows, &cuda::gather_rows>(),
+      .scatter_rows = on_stream<&cpu::scatter_rows, &cuda::scatter_rows>(),
       .adamw_update = on_stream<&cpu::adamw_update, &cuda::adamw_update>(),
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
   };

@@ -1,7 +1,8 @@
 // src/model/gpt2.cpp — GPT-2 blocks: forward and backward through the Ops table (llm.c's structure).
 // Legend: B batch, T seq, C channels, F mlp dim, V vocab, NH heads, L layers, N = B*T.
-// Backward runs on the loss SUM: the cross-entropy writes w·(softmax − onehot) and adds the loss
-// and weight sums to the two floats after the gradients; gradient sums accumulate (+=).
+// The passes stop at ln_f: Model runs the LM head (tied to wte) and the cross-entropy on the loss
+// SUM between them (model.cpp) and hands backward d(loss sum)/d ln_f in scratch_btc; gradient sums
+// accumulate (+=).
 #include <algorithm>
 #include <cstring>
 
@@ -60,6 +61,7 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T)
   a.scratch_btc = f(N * C), a.dresidual = f(N * C);
   a.dbtf_a = f(N * F), a.dbtf_b = f(N * F);
   a.dqkv = f(N * 3 * C), a.datt = f(att);
+  hidden_ = a.lnf, dhidden_ = a.scratch_btc, head_ = wte_;  // LM head tied to wte, no bias
 }
 
 Gpt2::~Gpt2() { delete acts_; }  // device memory: Model's
@@ -77,7 +79,7 @@ LayerParams layer_params(const std::array<size_t, 12>& off, const float* base) {
 void Gpt2::run_forward(int B) {
   auto& a = *acts_;
   const Ops& o = ops_;
-  const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, N = B * T;
+  const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, N = B * T;
   const float* p = params_;
   const int32_t* pos = io_.pos();
   const int32_t* seg = io_.seg();
@@ -99,18 +101,15 @@ void Gpt2::run_forward(int B) {
     residual = x.residual3;
   }
   o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + lnf_w_, p + lnf_b_, N, C);
-  // LM head tied to wte: logits = lnf · wteᵀ, no bias.
-  o.matmul_fwd(io_.logits, a.lnf, p + wte_, nullptr, N, C, V);
 }
 
 void Gpt2::run_backward(int B) {
   auto& a = *acts_;
   const Ops& o = ops_;
-  const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, N = B * T;
+  const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, N = B * T;
   const float* p = params_;
   float* g = grads_;
-  // io_.logits holds dlogits (written in place by the cross-entropy).
-  o.matmul_bwd(a.scratch_btc, g + wte_, nullptr, io_.logits, a.lnf, p + wte_, N, C, V);
+  // a.scratch_btc (dhidden_) holds d ln_f output; the head's share of dwte is already in g + wte_.
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
   o.layernorm_bwd(a.dresidual, g + lnf_w_, g + lnf_b_, a.scratch_btc, last, p + lnf_w_, a.lnf_mean,

@@ -5,7 +5,8 @@
 // One block, as Hugging Face's LlamaDecoderLayer:
 //   h   = x + o_proj(attn(rope(qk_norm?(qkv(rmsnorm_1(x)) [+ qkv bias]))))
 //   out = h + down(silu(gate(rmsnorm_2(h))) · up(rmsnorm_2(h)))
-// then rmsnorm_f and the LM head (wte when tied). RoPE positions come from the batch's
+// then rmsnorm_f; the LM head (wte when tied) and the cross-entropy are Model's (model.cpp), which
+// hands backward d(loss sum)/d rmsnorm_f output in scratch_btc. RoPE positions come from the batch's
 // /positions (packed segments restart at 0) or 0..T-1; attention stays inside a segment.
 #include <climits>
 
@@ -67,7 +68,6 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T)
   }
   wte_ = layout_.find("wte").offset;
   lnf_ = layout_.find("ln_f.weight").offset;
-  head_ = d.tied ? wte_ : layout_.find("lm_head.weight").offset;
 
   acts_ = new Acts();
   auto& a = *acts_;
@@ -94,6 +94,8 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T)
   const auto inv_freq = rope_inv_freq(d);
   a.inv_freq = f(inv_freq.size());
   ops_.to_device(a.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float));
+  hidden_ = a.lnf, dhidden_ = a.scratch_btc;
+  head_ = d.tied ? wte_ : layout_.find("lm_head.weight").offset;
 }
 
 Llama::~Llama() { delete acts_; }  // device memory: Model's
@@ -112,7 +114,7 @@ LayerPtrs layer_ptrs(const std::array<size_t, kLayerTensors>& off, const float* 
 void Llama::run_forward(int B) {
   auto& a = *acts_;
   const Ops& o = ops_;
-  const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
+  const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
   const int QKV = d_.qkv_dim(), A = d_.attn_dim(), N = B * T;
   const float eps = static_cast<float>(d_.norm_eps);
   const float* p = params_;
@@ -140,18 +142,17 @@ void Llama::run_forward(int B) {
     residual = x.residual3;
   }
   o.rmsnorm_fwd(a.lnf, a.lnf_rstd, residual, p + lnf_, N, C, eps);
-  o.matmul_fwd(io_.logits, a.lnf, p + head_, nullptr, N, C, V);
 }
 
 void Llama::run_backward(int B) {
   auto& a = *acts_;
   const Ops& o = ops_;
-  const int T = T_, C = d_.C, F = d_.F, V = d_.V, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
+  const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
   const int QKV = d_.qkv_dim(), A = d_.attn_dim(), N = B * T;
   const float* p = params_;
   float* g = grads_;
-  // io_.logits holds dlogits. Tied: the head's gradient and the embedding's both land in g + wte_.
-  o.matmul_bwd(a.scratch_btc, g + head_, nullptr, io_.logits, a.lnf, p + head_, N, C, V);
+  // a.scratch_btc (dhidden_) holds d rmsnorm_f output; the head's gradient is already in g + head_
+  // (tied: g + wte_, where the embedding's gradient lands as well).
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
   o.rmsnorm_bwd(a.dresidual, g + lnf_, a.scratch_btc, last, p + lnf_, a.lnf_rstd, N, C);

@@ -1,7 +1,21 @@
 // src/model/model.cpp — what every decoder family shares: the flat parameter and gradient
-// buffers, the micro-batch upload, and the step around the family's two passes. The loss and
-// weight SUMS go to the two floats after the gradients (SPEC §1); dlogits are written in place.
+// buffers, the micro-batch upload, and the step around the family's two passes, with the LM head
+// and masked cross-entropy between them. The loss and weight SUMS go to the two floats after the
+// gradients (SPEC §1).
+//
+// The head is a fused, chunked linear cross-entropy. Positions with loss weight 0 (prompt,
+// padding) add nothing to the loss, the weight sum or any gradient, so upload lists only the
+// others (host side, where the batch is) with their targets and weights; then, R at a time:
+//   gather_rows(x, hidden, idx) → matmul_fwd(logits = x·Wᵀ) → cross_entropy_fwd_bwd (dlogits in
+//   place) → matmul_bwd(dx, dW +=, dlogits, x, W) → scatter_rows(dhidden, dx, idx)
+// with dhidden zeroed first, so the positions outside the head get exactly the 0 the unfused
+// path's matmul_bwd gave them. Only (R, V) logits exist at a time, never (B·T, V). The same
+// kernels on every device: the twins are gather/scatter, the GEMMs and the cross-entropy.
+// Results equal the unfused computation to fp32 rounding (the chunks' dW additions and per-chunk
+// rounding of the two sums change the order of a few fp32 sums); tests/model/test_fused_head.cpp.
+// A micro-batch with no weighted position skips both passes: every sum += 0.
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/ops.h"
 #include "sftdp/check.h"
@@ -24,15 +38,48 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   params_ = alloc_floats(layout_.total);
   grads_ = alloc_floats(grad_buffer_floats());
   const size_t N = size_t(max_B) * T;
-  io_.inputs = alloc_ints(N), io_.targets = alloc_ints(N);
+  io_.inputs = alloc_ints(N);
   io_.segments = alloc_ints(N), io_.positions = alloc_ints(N);
-  io_.weights = alloc_floats(N);
-  io_.logits = alloc_floats(N * d.V);
+  io_.active = alloc_ints(N), io_.active_targets = alloc_ints(N);
+  io_.active_weights = alloc_floats(N);
   io_.eval_sums = alloc_floats(2);
+  host_active_.resize(N), host_targets_.resize(N), host_weights_.resize(N);
+  set_head_chunking(0);
 }
 
 Model::~Model() {
   for (void* p : owned_) ops_.free(p);
+}
+
+void Model::free_owned(void* p) {
+  if (!p) return;
+  owned_.erase(std::find(owned_.begin(), owned_.end(), p));
+  ops_.free(p);
+}
+
+int Model::default_head_chunk_rows(int V, int max_rows) {
+  // 128 MiB of fp32 logits: 667 rows at GPT-2's V = 50257, 217 at Qwen2.5's 151936 (then the
+  // 256-row floor: 149 MiB). The floor keeps the GEMMs efficient: dW += dlogitsᵀ·x has inner
+  // dimension R, i.e. R/2 flops per byte of dW read and written, above both the H200's fp32 and a
+  // CPU core's flops-per-byte ridge at R = 256; and the per-chunk passes over W (forward, dx)
+  // and dW stay few. At B·T ≤ R (llm.c's bench shape, eval) everything is one chunk.
+  constexpr size_t kChunkBytes = size_t(128) << 20;
+  constexpr int kMinRows = 256;
+  const size_t fit = kChunkBytes / (sizeof(float) * static_cast<size_t>(V));
+  const int rows = static_cast<int>(std::max<size_t>(kMinRows, std::min<size_t>(fit, INT32_MAX)));
+  return std::min(rows, max_rows);
+}
+
+void Model::set_head_chunking(int rows, bool every_row) {
+  const int N = max_B_ * T_;
+  SFTDP_ASSERT(rows >= 0, "head chunk rows must be >= 0");
+  every_row_ = every_row;
+  head_rows_ = every_row ? N : (rows == 0 ? default_head_chunk_rows(d_.V, N) : std::min(rows, N));
+  free_owned(head_x_), free_owned(head_logits_), free_owned(head_dx_);
+  const size_t R = static_cast<size_t>(head_rows_);
+  head_x_ = alloc_floats(R * d_.C);
+  head_logits_ = alloc_floats(R * d_.V);
+  head_dx_ = alloc_floats(R * d_.C);
 }
 
 float* Model::alloc_floats(size_t n) {
@@ -70,29 +117,59 @@ void Model::upload(const data::Batch& b) {
   SFTDP_ASSERT(b.B >= 1 && b.B <= max_B_ && b.T == T_, "micro-batch shape does not fit the model");
   const size_t n = size_t(b.B) * b.T;
   ops_.to_device(io_.inputs, b.inputs.data(), n * sizeof(int32_t));
-  ops_.to_device(io_.targets, b.targets.data(), n * sizeof(int32_t));
-  ops_.to_device(io_.weights, b.loss_weights.data(), n * sizeof(float));
   io_.has_segments = b.has_segments();
   io_.has_positions = b.has_positions();
   if (io_.has_segments) ops_.to_device(io_.segments, b.segment_ids.data(), n * sizeof(int32_t));
   if (io_.has_positions) ops_.to_device(io_.positions, b.positions.data(), n * sizeof(int32_t));
+  // The head's positions, in ascending order (the cross-entropy then adds the weights in the same
+  // order as over all positions).
+  int k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (b.loss_weights[i] == 0.0f && !every_row_) continue;
+    host_active_[k] = static_cast<int32_t>(i);
+    host_targets_[k] = b.targets[i];
+    host_weights_[k] = b.loss_weights[i];
+    ++k;
+  }
+  io_.n_active = k;
+  if (k == 0) return;
+  ops_.to_device(io_.active, host_active_.data(), size_t(k) * sizeof(int32_t));
+  ops_.to_device(io_.active_targets, host_targets_.data(), size_t(k) * sizeof(int32_t));
+  ops_.to_device(io_.active_weights, host_weights_.data(), size_t(k) * sizeof(float));
+}
+
+void Model::run_head(float* sums, bool backward, int B) {
+  const int C = d_.C, V = d_.V, n = io_.n_active;
+  const float* W = params_ + head_;
+  if (backward) ops_.zero(dhidden_, size_t(B) * T_ * C * sizeof(float));
+  for (int r0 = 0; r0 < n; r0 += head_rows_) {
+    const int r = std::min(head_rows_, n - r0);
+    const int32_t* idx = io_.active + r0;
+    ops_.gather_rows(head_x_, hidden_, idx, r, C);
+    ops_.matmul_fwd(head_logits_, head_x_, W, nullptr, r, C, V);
+    ops_.cross_entropy_fwd_bwd(sums, backward ? head_logits_ : nullptr, head_logits_, io_.active_targets + r0,
+                               io_.active_weights + r0, r, V);
+    if (!backward) continue;
+    // Tied head: W is wte, and its gradient lands in the embedding's gradient sums as well.
+    ops_.matmul_bwd(head_dx_, grads_ + head_, nullptr, head_logits_, head_x_, W, r, C, V);
+    ops_.scatter_rows(dhidden_, head_dx_, idx, r, C);
+  }
 }
 
 void Model::forward_backward(const data::Batch& batch) {
   upload(batch);
+  if (io_.n_active == 0) return;  // no weighted position: the loss, weight and gradient sums += 0
   run_forward(batch.B);
-  const int N = batch.B * T_;
-  ops_.cross_entropy_fwd_bwd(grads_ + layout_.total, io_.logits, io_.logits, io_.targets, io_.weights, N,
-                             d_.V);
+  run_head(grads_ + layout_.total, /*backward=*/true, batch.B);
   run_backward(batch.B);
 }
 
 LossSums Model::forward(const data::Batch& batch) {
   upload(batch);
+  if (io_.n_active == 0) return {0, 0};
   run_forward(batch.B);
   ops_.zero(io_.eval_sums, 2 * sizeof(float));
-  ops_.cross_entropy_fwd_bwd(io_.eval_sums, nullptr, io_.logits, io_.targets, io_.weights, batch.B * T_,
-                             d_.V);
+  run_head(io_.eval_sums, /*backward=*/false, batch.B);
   float sums[2];
   ops_.to_host(sums, io_.eval_sums, sizeof sums);
   return {sums[0], sums[1]};

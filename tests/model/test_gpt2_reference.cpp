@@ -1,6 +1,7 @@
 // tests/model/test_gpt2_reference.cpp — our fp32 GPT-2 against an independent float64 PyTorch
 // implementation of the SPEC's maths (tests/model/reference_gpt2.py, generated on the fly): the
-// loss sum, the weight sum and every gradient tensor, with and without packed segments.
+// loss sum, the weight sum and every gradient tensor, with and without packed segments, and with
+// the fused LM head in chunks of 4 gathered positions (crossing rows of T = 10).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -25,10 +26,11 @@ void add_int_attr(const std::string& path, const char* name, int value) {
   H5Aclose(a), H5Sclose(s), H5Fclose(f);
 }
 
-void compare_with_reference(bool segments) {
+void compare_with_reference(bool segments, int head_chunk_rows = 0) {
   const auto d = test::tiny_dims();
   const int B = 3, T = 10;
   model::Gpt2 m(d, cpu_ops(), B, T);
+  m.set_head_chunking(head_chunk_rows);
   std::vector<float> p;
   model::init_params(p, m.layout(), d, 5);
   const auto noise = test::uniform(p.size(), 17, -0.1f, 0.1f);  // no special values anywhere
@@ -69,3 +71,4 @@ void compare_with_reference(bool segments) {
 
 TEST(Gpt2Reference, MatchesFloat64PyTorch) { compare_with_reference(false); }
 TEST(Gpt2Reference, MatchesFloat64PyTorchWithPackedSegments) { compare_with_reference(true); }
+TEST(Gpt2Reference, MatchesFloat64PyTorchWithSmallHeadChunks) { compare_with_reference(true, 4); }
