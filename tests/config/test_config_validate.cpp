@@ -4,6 +4,8 @@
 // boundary values that are legal are checked to load.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 #include <vector>
 
@@ -38,7 +40,9 @@ TEST_P(ConfigRejects, WithAMessageThatNamesTheKey) {
   }
 }
 
-const std::string kPresets = "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m";
+const std::string kPresets =
+    "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, llama-tiny, smollm2-135m, smollm2-360m, qwen2.5-0.5b, "
+    "qwen3-0.6b, llama-3.2-1b";
 
 INSTANTIATE_TEST_SUITE_P(
     ImpossibleValues, ConfigRejects,
@@ -94,6 +98,23 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"NoPresetNoDims", {"model_name=''"},
                  "num_decoder_layers: required when model_name is empty (or pick a preset: " +
                      kPresets + ")"},
+        BadValue{"UnknownDecoderBlock", {"decoder_block=mistral"},
+                 "decoder_block: expected gpt2, llama, qwen2 or qwen3, got 'mistral'"},
+        BadValue{"KvHeadsNotDividingHeads", {"model_name=llama-tiny", "num_kv_heads=3"},
+                 "num_kv_heads: 3 does not divide num_heads (4)"},
+        BadValue{"OddHeadDimForRope", {"model_name=llama-tiny", "head_dim=15"},
+                 "head_dim: RoPE needs an even head size, got 15"},
+        BadValue{"Gpt2WithKvHeads", {"num_kv_heads=2"},
+                 "num_kv_heads: GPT-2 blocks have one k/v head per query head (leave it out or set "
+                 "decoder_block: llama)"},
+        BadValue{"Gpt2Untied", {"tie_word_embeddings=false"},
+                 "tie_word_embeddings: GPT-2 blocks always tie the LM head to wte"},
+        BadValue{"TieNotABool", {"model_name=llama-tiny", "tie_word_embeddings=yes"},
+                 "tie_word_embeddings: expected true or false, got 'yes'"},
+        BadValue{"ZeroRmsNormEps", {"model_name=llama-tiny", "rms_norm_eps=0"},
+                 "rms_norm_eps: must be > 0 (or null for the preset's value), got 0.0"},
+        BadValue{"NegativeRopeTheta", {"model_name=llama-tiny", "rope_theta=-10000"},
+                 "rope_theta: must be > 0 (or null for the preset's value), got -10000.0"},
         BadValue{"UnknownWeightDtype", {"weight_dtype=fp16"},
                  "weight_dtype: expected float32 or bfloat16, got 'fp16'"},
         BadValue{"UnknownDtype", {"dtype=float16"}, "dtype: expected float32 or bfloat16, got 'float16'"},
@@ -145,7 +166,9 @@ TEST(ConfigAccepts, CollectiveTimeoutInSecondsWithDefault600) {
 const std::vector<std::string> kUnsettableKeys = {
     "steps", "num_epochs", "global_batch_size", "per_device_batch_size", "eval_steps",
     "num_decoder_layers", "num_heads", "emb_dim", "mlp_dim", "vocab_size",
-    "max_position_embeddings"};
+    "max_position_embeddings", "num_kv_heads", "head_dim"};
+// The number keys that may be unset (stored as -1): an explicit value must be > 0.
+const std::vector<std::string> kUnsettableNumbers = {"rms_norm_eps", "rope_theta"};
 
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides) {
   try {
@@ -177,11 +200,24 @@ TEST(ConfigRejectsExplicitMinusOne, ZeroAndOtherNegativesToo) {
   }
 }
 
+TEST(ConfigRejectsExplicitMinusOne, ForEveryUnsettableNumberKey) {
+  for (const auto& key : kUnsettableNumbers) {
+    EXPECT_EQ(error_of(kMinimal, {key + "=-1"}), key + ": must be > 0 (or null for the preset's value), got -1.0");
+    EXPECT_EQ(error_of(kMinimal + key + ": -1\n", {}),
+              key + ": must be > 0 (or null for the preset's value), got -1.0");
+    EXPECT_EQ(error_of(kMinimal, {key + "=null"}), "(accepted)");
+  }
+}
+
 TEST(ConfigRejectsExplicitMinusOne, TheTableMarksExactlyTheseKeysUnsettable) {
   std::vector<std::string> unsettable;
   for (const auto& key : detail::all_keys())
     if (key.unset_allowed) unsettable.push_back(key.name);
-  EXPECT_EQ(unsettable, kUnsettableKeys);
+  auto expected = kUnsettableKeys;
+  expected.insert(expected.end(), kUnsettableNumbers.begin(), kUnsettableNumbers.end());
+  std::sort(unsettable.begin(), unsettable.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(unsettable, expected);
 }
 
 TEST(ConfigAccepts, NullAsUnsetInTheFileAndAsAnOverride) {

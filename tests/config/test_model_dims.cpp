@@ -29,7 +29,66 @@ void expect_dims(const ModelDims& d, int L, int NH, int C, int F, int V, int max
 
 TEST(ModelPresets, NamesAreListedInSizeOrder) {
   EXPECT_EQ(preset_names(),
-            (std::vector<std::string>{"gpt2-tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m"}));
+            (std::vector<std::string>{"gpt2-tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "llama-tiny",
+                                      "smollm2-135m", "smollm2-360m", "qwen2.5-0.5b", "qwen3-0.6b",
+                                      "llama-3.2-1b"}));
+}
+
+// The Llama-family presets are the Hugging Face models' config.json values.
+TEST(ModelPresets, LlamaFamilyMatchesTheReleasedModels) {
+  const ModelDims smol = dims_of({"model_name=smollm2-135m"});
+  expect_dims(smol, 30, 9, 576, 1536, 49152, 8192);
+  EXPECT_EQ(smol.block, Block::kLlama);
+  EXPECT_EQ(block_name(smol), "llama");
+  EXPECT_EQ(smol.kv_heads(), 3);
+  EXPECT_EQ(smol.head_size(), 64);
+  EXPECT_EQ(smol.rope_theta, 100000);
+  EXPECT_TRUE(smol.tied);
+  EXPECT_FALSE(smol.rope_scaling.llama3);
+
+  const ModelDims qwen2 = dims_of({"model_name=qwen2.5-0.5b"});
+  expect_dims(qwen2, 24, 14, 896, 4864, 151936, 32768);
+  EXPECT_EQ(block_name(qwen2), "qwen2");
+  EXPECT_TRUE(qwen2.qkv_bias);
+  EXPECT_EQ(qwen2.kv_heads(), 2);
+  EXPECT_EQ(qwen2.norm_eps, 1e-6);
+
+  const ModelDims qwen3 = dims_of({"model_name=qwen3-0.6b"});
+  expect_dims(qwen3, 28, 16, 1024, 3072, 151936, 40960);
+  EXPECT_EQ(block_name(qwen3), "qwen3");
+  EXPECT_EQ(qwen3.head_size(), 128);  // not C / NH = 64
+  EXPECT_EQ(qwen3.qkv_dim(), (16 + 2 * 8) * 128);
+  EXPECT_EQ(qwen3.attn_dim(), 2048);
+
+  const ModelDims llama = dims_of({"model_name=llama-3.2-1b"});
+  expect_dims(llama, 16, 32, 2048, 8192, 128256, 131072);
+  EXPECT_EQ(llama.kv_heads(), 8);
+  EXPECT_EQ(llama.rope_theta, 500000);
+  EXPECT_TRUE(llama.rope_scaling.llama3);
+  EXPECT_EQ(llama.rope_scaling.factor, 32);
+  EXPECT_EQ(llama.rope_scaling.original_max_positions, 8192);
+}
+
+TEST(ModelExplicitDims, LlamaKeysOverrideOnlyThemselves) {
+  const ModelDims d = dims_of({"model_name=llama-tiny", "num_kv_heads=1", "head_dim=8",
+                               "rms_norm_eps=1e-6", "rope_theta=500000", "tie_word_embeddings=false",
+                               "decoder_block=qwen3"});
+  expect_dims(d, 2, 4, 64, 176, 264, 256);
+  EXPECT_EQ(block_name(d), "qwen3");
+  EXPECT_EQ(d.kv_heads(), 1);
+  EXPECT_EQ(d.head_size(), 8);
+  EXPECT_EQ(d.norm_eps, 1e-6);
+  EXPECT_EQ(d.rope_theta, 500000);
+  EXPECT_FALSE(d.tied);
+  // decoder_block on a GPT-2 preset switches the family and keeps the dimensions.
+  const ModelDims g = dims_of({"decoder_block=qwen2"});
+  expect_dims(g, 2, 4, 64, 256, 264, 256);
+  EXPECT_EQ(block_name(g), "qwen2");
+  EXPECT_EQ(g.kv_heads(), 4);
+  EXPECT_EQ(g.head_size(), 16);
+  // Without a preset: gpt2, unless decoder_block says otherwise.
+  EXPECT_EQ(dims_of({"model_name=''", "num_decoder_layers=1", "num_heads=2", "emb_dim=32", "vocab_size=300"}).block,
+            Block::kGpt2);
 }
 
 TEST(ModelPresets, TinyIsTwoLayersOverTheByteTokenizer) {
