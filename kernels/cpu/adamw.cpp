@@ -48,7 +48,11 @@ void adamw_update(float* params, float* m, float* v,             // (N) all upda
 
 void sum_squares(float* out, const float* x, size_t N) {  // (1) = ; (N)
   const size_t n_blocks = (N + kBlock - 1) / kBlock;
-  std::vector<double> partial(n_blocks, 0.0);
+  // Grow-only per calling thread: no allocation per step (every block is written before it is
+  // read). The OpenMP threads reach it through the pointer: thread_local names their own copies.
+  thread_local std::vector<double> partial_buffer;
+  if (partial_buffer.size() < n_blocks) partial_buffer.resize(n_blocks);
+  double* const partial = partial_buffer.data();
 #pragma omp parallel for schedule(static)
   for (long long blk = 0; blk < static_cast<long long>(n_blocks); ++blk) {
     const size_t lo = static_cast<size_t>(blk) * kBlock, hi = std::min(N, lo + kBlock);
@@ -65,7 +69,7 @@ void sum_squares(float* out, const float* x, size_t N) {  // (1) = ; (N)
     partial[static_cast<size_t>(blk)] = s;
   }
   double total = 0.0;
-  for (double s : partial) total += s;  // blocks in order, one thread
+  for (size_t blk = 0; blk < n_blocks; ++blk) total += partial[blk];  // blocks in order, one thread
   out[0] = static_cast<float>(total);
 }
 
