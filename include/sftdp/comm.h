@@ -38,6 +38,15 @@ class Communicator {
   // In-place sum across ranks of n floats in this communicator's memory (host for MPI,
   // device for NCCL). Blocks until the result is usable by the caller's next op.
   virtual void allreduce_sum(float* buf, size_t n) = 0;
+  // allreduce_overlap (SPEC §1): start_allreduce_sum starts the same in-place sum of n floats
+  // without waiting for it, as soon as they are final (NCCL: after the kernels queued so far);
+  // every rank starts the same ranges in the same order. Each range is summed as allreduce_sum
+  // would sum it alone, so results are bitwise the same run to run. Starting also lets the sums
+  // already in flight progress (Open MPI has no progress thread). The ranges must not be touched
+  // until wait_allreduces() returns; then every started sum is usable like allreduce_sum's. The
+  // default, for communicators without non-blocking sums, sums at once.
+  virtual void start_allreduce_sum(float* buf, size_t n) { allreduce_sum(buf, n); }
+  virtual void wait_allreduces() {}
   // ZeRO-1 (optim::ZeroShard), both in place on world·block floats of this communicator's memory,
   // block r being [r·block, (r+1)·block); both block until the result is usable, like the above.
   // reduce_scatter_sum: afterwards this rank's block holds the sum across ranks of that block;

@@ -52,6 +52,7 @@ struct Config {
   double adam_weight_decay = 0.1;
   double gradient_clipping_threshold = 1.0;  // 0 = off
   int64_t zero_stage = 0;  // 0 | 1: ZeRO-1, each rank keeps and updates its shard of the moments
+  bool allreduce_overlap = false;  // bucketed non-blocking allreduce during the last backward
   // Checkpoints
   int64_t checkpoint_period = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 0;   // 0 = keep all

@@ -11,6 +11,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,7 +82,19 @@ class Model {
   void zero_grads();  // gradient sums and the two trailing sums
   // Forward and backward on one micro-batch (B <= max_B rows): gradient sums += and the
   // trailing loss/weight sums +=. Nothing is divided.
-  void forward_backward(const data::Batch& batch);
+  // ready (allreduce_overlap, last micro-step only): called with each flat range [begin, end) of
+  // the gradient buffer once its sums are final for this call, while backward goes on. The
+  // ranges are grad_buckets(), in that order, every one exactly once, whatever the batch holds (a
+  // micro-batch with no weighted position still reports them all), so every rank issues the same
+  // collectives in the same order.
+  using GradReady = std::function<void(size_t begin, size_t end)>;
+  void forward_backward(const data::Batch& batch, const GradReady& ready = {});
+  // The buckets, in the order ready reports them: per transformer block, last to first, its
+  // contiguous >= 2-D weights (layout order puts them together); then [0, h.0's first weight)
+  // (wte, wpe: the tied wte's gradient is final only after the embedding's backward) and
+  // [h.L-1's end, total + 2) (an untied lm_head, every vector, the loss and weight sums). They
+  // tile the whole gradient buffer. Without layers: one bucket, the whole buffer.
+  const std::vector<std::pair<size_t, size_t>>& grad_buckets() const { return buckets_; }
   // Forward only: the micro-batch's loss sum and weight sum.
   LossSums forward(const data::Batch& batch);
 
@@ -117,6 +130,10 @@ class Model {
   virtual void run_forward(int B) = 0;
   // The family's backward pass from dhidden_ = d(loss sum)/d hidden_: gradient sums +=, the head
   // weight's own gradient excluded (Model adds it).
+  // Families call it in run_backward right after block l's weight gradients are final.
+  void layer_backward_done(int l) const {
+    if (ready_ && *ready_) (*ready_)(buckets_[d_.L - 1 - l].first, buckets_[d_.L - 1 - l].second);
+  }
   virtual void run_backward(int B) = 0;
 
   config::ModelDims d_;
@@ -139,7 +156,10 @@ class Model {
   // the head weight's gradient += and dhidden_ = (0 on positions outside the head).
   void run_head(float* sums, bool backward, int B);
   void free_owned(void* p);
+  void make_buckets();
   std::vector<void*> owned_;
+  std::vector<std::pair<size_t, size_t>> buckets_;  // grad_buckets()
+  const GradReady* ready_ = nullptr;                // during forward_backward only
   // Host staging of the gathered positions, sized max_B·T once (no per-step allocation).
   std::vector<int32_t> host_active_, host_targets_;
   std::vector<float> host_weights_;

@@ -5,7 +5,9 @@
 // queued on the kernels' stream (an event, not a device-wide sync), and returns when it is
 // complete: an event polled (with ncclCommGetAsyncError) under the collective deadline
 // (comm/collective.h); on expiry ncclCommAbort, then the job ends naming the ranks that never
-// arrived. Host helpers come from MpiHostCommunicator (src/comm/mpi_host.h).
+// arrived. allreduce_overlap queues one ncclAllReduce per gradient bucket on stream_ as backward
+// produces it (start_allreduce_sum) and waits once (wait_allreduces). Host helpers come from
+// MpiHostCommunicator (src/comm/mpi_host.h).
 // The CUDA device must be selected (cuda_select_device) before make_nccl_communicator().
 // The C API is all we use; the deprecated C++ bindings only add warnings under nvcc.
 #define OMPI_SKIP_MPICXX 1
@@ -60,6 +62,25 @@ class NcclCommunicator final : public MpiHostCommunicator {
     run("the gradient allreduce",
         [&] { CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_)); });
   }
+  // Overlap: stream_ waits for the kernels queued so far (the range's last writes), then sums it
+  // in place; the kernels' stream goes on with the rest of backward meanwhile. wait_allreduces
+  // polls one event after the last sum under the deadline, like run().
+  // GPU-CHECK: untested on 2+ GPUs (one rank: NCCL copies).
+  void start_allreduce_sum(float* buf, size_t n) override {
+    if (n == 0) return;
+    const auto kernels = static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream());
+    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels));
+    CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
+    CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+    started_ = true;
+  }
+  void wait_allreduces() override {
+    if (!started_) return;
+    started_ = false;
+    detail::Collective c("the gradient allreduce");
+    CHECK_CUDA(cudaEventRecord(reduced_, stream_));
+    c.wait_until([this] { return collective_done(); }, [this] { (void)ncclCommAbort(comm_); });
+  }
   // ZeRO-1, in place: NCCL's in-place forms take this rank's block at buf + rank·block.
   // GPU-CHECK: untested on a GPU; needs 2+ GPUs to be more than a copy.
   void reduce_scatter_sum(float* buf, size_t block) override {
@@ -108,6 +129,7 @@ class NcclCommunicator final : public MpiHostCommunicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t kernels_done_ = nullptr;
   cudaEvent_t reduced_ = nullptr;  // recorded on stream_ after each collective
+  bool started_ = false;           // overlap sums queued since the last wait_allreduces
 };
 
 }  // namespace

@@ -146,6 +146,7 @@ const std::vector<KeySpec>& all_keys() {
       {"adam_weight_decay", "Optimiser", &Config::adam_weight_decay},
       {"gradient_clipping_threshold", "Optimiser", &Config::gradient_clipping_threshold},
       {"zero_stage", "Optimiser", &Config::zero_stage},
+      {"allreduce_overlap", "Optimiser", &Config::allreduce_overlap},
       {"checkpoint_period", "Checkpoints", &Config::checkpoint_period},
       {"keep_checkpoints", "Checkpoints", &Config::keep_checkpoints},
       {"resume", "Checkpoints", &Config::resume},

@@ -115,6 +115,9 @@ void validate_optimiser(const Config& cfg) {
          "must be >= 0 (0 = off), got " + format_double(cfg.gradient_clipping_threshold));
   if (cfg.zero_stage != 0 && cfg.zero_stage != 1)
     fail("zero_stage", "must be 0 or 1, got " + std::to_string(cfg.zero_stage));
+  if (cfg.allreduce_overlap && cfg.zero_stage == 1)
+    fail("allreduce_overlap", "overlaps the zero_stage 0 allreduce only; it cannot be combined with "
+         "zero_stage: 1 (set one of them to its default)");
 }
 
 void validate_checkpoints_and_logging(const Config& cfg) {

@@ -132,6 +132,7 @@ void Gpt2::run_backward(int B) {
     o.matmul_bwd(a.scratch_btc, mut(dw.qkvw), mut(dw.qkvb), a.dqkv, x.ln1, w.qkvw, N, C, 3 * C);
     o.layernorm_bwd(a.dresidual, mut(dw.ln1w), mut(dw.ln1b), a.scratch_btc, residual, w.ln1w,
                     x.ln1_mean, x.ln1_rstd, N, C);
+    layer_backward_done(l);  // block l's weight gradients are final
   }
   o.encoder_bwd(g + wte_, g + wpe_, a.dresidual, io_.inputs, io_.pos(), B, T, C);
 }

@@ -178,6 +178,7 @@ void Llama::run_backward(int B) {
     }
     o.matmul_bwd(a.scratch_btc, dw.qkvw, dw.qkvb, dqkv_linear, x.ln1, w.qkvw, N, C, QKV);
     o.rmsnorm_bwd(a.dresidual, dw.ln1, a.scratch_btc, residual, w.ln1, x.ln1_rstd, N, C);
+    layer_backward_done(l);  // block l's weight gradients are final
   }
   o.encoder_bwd(g + wte_, nullptr, a.dresidual, io_.inputs, nullptr, B, T, C);
 }

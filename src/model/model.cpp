@@ -16,6 +16,7 @@
 // A micro-batch with no weighted position skips both passes: every sum += 0.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "kernels/ops.h"
 #include "sftdp/check.h"
@@ -45,6 +46,36 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   io_.eval_sums = alloc_floats(2);
   host_active_.resize(N), host_targets_.resize(N), host_weights_.resize(N);
   set_head_chunking(0);
+  make_buckets();
+}
+
+void Model::make_buckets() {
+  // Block l's >= 2-D weights: from its first one's offset to the end (alignment padding included)
+  // of its last one; no other tensor may fall inside (the layout's order guarantees it).
+  const size_t P = layout_.total;
+  std::vector<std::pair<size_t, size_t>> layers(d_.L, {SIZE_MAX, 0});
+  for (const auto& t : layout_.tensors) {
+    if (!t.decay || t.name.rfind("h.", 0) != 0) continue;
+    const int l = std::stoi(t.name.substr(2));
+    layers[l].first = std::min(layers[l].first, t.offset);
+    layers[l].second = std::max(layers[l].second, t.offset + (t.numel + 15) / 16 * 16);
+  }
+  for (int l = 0; l < d_.L; ++l) {
+    SFTDP_ASSERT(layers[l].first < layers[l].second && (l == 0 || layers[l - 1].second == layers[l].first),
+                 "layer weights are not contiguous in the parameter layout");
+    for (const auto& t : layout_.tensors)
+      SFTDP_ASSERT(t.name.rfind("h." + std::to_string(l) + ".", 0) == 0 || t.offset + t.numel <= layers[l].first ||
+                       t.offset >= layers[l].second,
+                   "a tensor outside block " + std::to_string(l) + " lies inside its bucket");
+  }
+  buckets_.clear();
+  if (d_.L == 0) {
+    buckets_.push_back({0, P + 2});
+    return;
+  }
+  for (int l = d_.L - 1; l >= 0; --l) buckets_.push_back(layers[l]);
+  if (layers[0].first > 0) buckets_.push_back({0, layers[0].first});
+  buckets_.push_back({layers[d_.L - 1].second, P + 2});
 }
 
 Model::~Model() {
@@ -156,12 +187,18 @@ void Model::run_head(float* sums, bool backward, int B) {
   }
 }
 
-void Model::forward_backward(const data::Batch& batch) {
+void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
   upload(batch);
-  if (io_.n_active == 0) return;  // no weighted position: the loss, weight and gradient sums += 0
-  run_forward(batch.B);
-  run_head(grads_ + layout_.total, /*backward=*/true, batch.B);
-  run_backward(batch.B);
+  const size_t layer_buckets = ready && io_.n_active > 0 ? size_t(d_.L) : 0;
+  if (io_.n_active > 0) {  // else no weighted position: the loss, weight and gradient sums += 0
+    run_forward(batch.B);
+    run_head(grads_ + layout_.total, /*backward=*/true, batch.B);
+    ready_ = &ready;  // run_backward reports each block's bucket (layer_backward_done)
+    run_backward(batch.B);
+    ready_ = nullptr;
+  }
+  if (!ready) return;
+  for (size_t i = layer_buckets; i < buckets_.size(); ++i) ready(buckets_[i].first, buckets_[i].second);
 }
 
 LossSums Model::forward(const data::Batch& batch) {

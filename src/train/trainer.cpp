@@ -3,7 +3,8 @@
 // weight sums; one allreduce sums them across ranks; then the update divides by the global
 // weight sum, clips and applies AdamW identically on every rank. Under ZeRO-1 (zero_stage 1) a
 // reduce-scatter replaces the allreduce, each rank updates its shard and the parameters are
-// all-gathered (optim::AdamW). Rank 0 writes metrics and checkpoints. Everything that can be wrong with the input is checked before anything is written.
+// all-gathered (optim::AdamW). allreduce_overlap (zero_stage 0) splits the allreduce into
+// per-bucket ones started during the last micro-step's backward. Rank 0 writes metrics and checkpoints. Everything that can be wrong with the input is checked before anything is written.
 #include <chrono>
 #include <algorithm>
 #include <cmath>
@@ -115,6 +116,9 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
 
   if (state.step == 0) run_eval(0);  // the baseline the run is judged against
   data::Batch batch;
+  const model::Model::GradReady start_bucket = [&](size_t begin, size_t end) {
+    comm.start_allreduce_sum(model.grads() + begin, end - begin);
+  };
   const double tokens_per_step = double(plan.global_batch) * T;
   double time_sum = 0;
   int64_t timed_steps = 0;
@@ -128,11 +132,16 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
       for (int micro = 0; micro < plan.ga_steps; ++micro) {
         train_data.read_rows(data::micro_rows(rows, comm.rank(), comm.world(),
                                               static_cast<int>(plan.ga_steps), micro), batch);
-        model.forward_backward(batch);
+        // allreduce_overlap: the last micro-step starts each gradient bucket's allreduce as soon
+        // as its sums are final (model.grad_buckets(), a fixed order), while backward goes on.
+        const bool overlap = cfg.allreduce_overlap && micro == plan.ga_steps - 1;
+        model.forward_backward(batch, overlap ? start_bucket : model::Model::GradReady{});
       }
     });
-    // One allreduce of gradient sums, loss sum and weight sum together (ZeRO-1: reduce-scatter).
-    opt.reduce_gradients();
+    // One allreduce of gradient sums, loss sum and weight sum together (ZeRO-1: reduce-scatter);
+    // with allreduce_overlap, the wait for the per-bucket allreduces already started.
+    if (cfg.allreduce_overlap) comm.wait_allreduces();
+    else opt.reduce_gradients();
     const double lr = optim::learning_rate(cfg, state.step, total_steps);
     // AdamW's t counts updates actually made: a skipped step makes none.
     const auto stats = opt.apply(cfg, lr, static_cast<int>(state.optimizer_updates + 1));

@@ -133,6 +133,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"NegativeClipping", {"gradient_clipping_threshold=-2"},
                  "gradient_clipping_threshold: must be >= 0 (0 = off), got -2.0"},
         BadValue{"ZeroStageTwo", {"zero_stage=2"}, "zero_stage: must be 0 or 1, got 2"},
+        BadValue{"OverlapWithZero1", {"allreduce_overlap=true", "zero_stage=1"},
+                 "allreduce_overlap: overlaps the zero_stage 0 allreduce only; it cannot be combined "
+                 "with zero_stage: 1 (set one of them to its default)"},
         // Checkpoints and logging
         BadValue{"NegativeCheckpointPeriod", {"checkpoint_period=-5"},
                  "checkpoint_period: must be >= 0, got -5"},

@@ -31,14 +31,15 @@ std::vector<Config> configs_touching_every_key() {
       "learning_rate=0.30000000000000004", "warmup_steps_fraction=0.25",
       "learning_rate_final_fraction=0", "adam_b1=0.8", "adam_b2=0.999",
       "adam_eps=1.2345678901234567e-09", "adam_weight_decay=0.01",
-      "gradient_clipping_threshold=0.5", "zero_stage=1", "checkpoint_period=10", "keep_checkpoints=4",
+      "gradient_clipping_threshold=0.5", "checkpoint_period=10", "keep_checkpoints=4",
       "resume=false", "hf_export=true", "hf_export_tokenizer='tok dir/'", "log_period=3",
       "param_check_period=7"};
   std::vector<std::string> a = common, b = common;
-  for (const char* kv : {"steps=17", "global_batch_size=24", "model_name=gpt2-124m",
+  for (const char* kv : {"steps=17", "global_batch_size=24", "model_name=gpt2-124m", "allreduce_overlap=true",
                          "num_decoder_layers=3", "vocab_size=1000"})
     a.push_back(kv);
-  for (const char* kv : {"num_epochs=2", "per_device_batch_size=5", "model_name=''",
+  // allreduce_overlap excludes zero_stage 1: one in each config.
+  for (const char* kv : {"num_epochs=2", "per_device_batch_size=5", "model_name=''", "zero_stage=1",
                          "num_decoder_layers=1", "num_heads=2", "emb_dim=16", "mlp_dim=40",
                          "vocab_size=300", "max_position_embeddings=96", "decoder_block=qwen3",
                          "num_kv_heads=1", "head_dim=8", "rms_norm_eps=1e-6", "rope_theta=500000",
