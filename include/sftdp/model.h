@@ -89,11 +89,12 @@ class Model {
   // collectives in the same order.
   using GradReady = std::function<void(size_t begin, size_t end)>;
   void forward_backward(const data::Batch& batch, const GradReady& ready = {});
-  // The buckets, in the order ready reports them: per transformer block, last to first, its
-  // contiguous >= 2-D weights (layout order puts them together); then [0, h.0's first weight)
-  // (wte, wpe: the tied wte's gradient is final only after the embedding's backward) and
-  // [h.L-1's end, total + 2) (an untied lm_head, every vector, the loss and weight sums). They
-  // tile the whole gradient buffer. Without layers: one bucket, the whole buffer.
+  // The buckets, in the order ready reports them: an untied lm_head.weight (final once the head
+  // has run, before the blocks' backward); per transformer block, last to first, its contiguous
+  // >= 2-D weights (layout order puts them together); then [0, h.0's first weight) (wte, wpe: the
+  // tied wte's gradient is final only after the embedding's backward) and the rest up to
+  // total + 2 (every vector, the loss and weight sums). They tile the whole gradient buffer.
+  // Without layers: one bucket, the whole buffer.
   const std::vector<std::pair<size_t, size_t>>& grad_buckets() const { return buckets_; }
   // Forward only: the micro-batch's loss sum and weight sum.
   LossSums forward(const data::Batch& batch);
@@ -132,7 +133,9 @@ class Model {
   // weight's own gradient excluded (Model adds it).
   // Families call it in run_backward right after block l's weight gradients are final.
   void layer_backward_done(int l) const {
-    if (ready_ && *ready_) (*ready_)(buckets_[d_.L - 1 - l].first, buckets_[d_.L - 1 - l].second);
+    if (!ready_ || !*ready_) return;
+    const auto& b = buckets_[head_buckets_ + d_.L - 1 - l];
+    (*ready_)(b.first, b.second);
   }
   virtual void run_backward(int B) = 0;
 
@@ -159,6 +162,7 @@ class Model {
   void make_buckets();
   std::vector<void*> owned_;
   std::vector<std::pair<size_t, size_t>> buckets_;  // grad_buckets()
+  size_t head_buckets_ = 0;                         // 1: buckets_[0] is an untied lm_head
   const GradReady* ready_ = nullptr;                // during forward_backward only
   // Host staging of the gathered positions, sized max_B·T once (no per-step allocation).
   std::vector<int32_t> host_active_, host_targets_;

@@ -69,13 +69,23 @@ void Model::make_buckets() {
                    "a tensor outside block " + std::to_string(l) + " lies inside its bucket");
   }
   buckets_.clear();
+  head_buckets_ = 0;
   if (d_.L == 0) {
     buckets_.push_back({0, P + 2});
     return;
   }
+  // An untied head's weight follows the last block's weights (the last >= 2-D tensor).
+  size_t rest = layers[d_.L - 1].second;
+  for (const auto& t : layout_.tensors)
+    if (t.name == "lm_head.weight") {
+      SFTDP_ASSERT(t.offset == rest, "lm_head.weight does not follow the last block's weights");
+      rest = t.offset + (t.numel + 15) / 16 * 16;
+      buckets_.push_back({t.offset, rest});
+      head_buckets_ = 1;
+    }
   for (int l = d_.L - 1; l >= 0; --l) buckets_.push_back(layers[l]);
   if (layers[0].first > 0) buckets_.push_back({0, layers[0].first});
-  buckets_.push_back({layers[d_.L - 1].second, P + 2});
+  buckets_.push_back({rest, P + 2});
 }
 
 Model::~Model() {
@@ -189,16 +199,18 @@ void Model::run_head(float* sums, bool backward, int B) {
 
 void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
   upload(batch);
-  const size_t layer_buckets = ready && io_.n_active > 0 ? size_t(d_.L) : 0;
+  // Buckets reported during the passes: an untied head's, then one per block (layer_backward_done).
+  const size_t early = ready && io_.n_active > 0 ? head_buckets_ + d_.L : 0;
   if (io_.n_active > 0) {  // else no weighted position: the loss, weight and gradient sums += 0
     run_forward(batch.B);
     run_head(grads_ + layout_.total, /*backward=*/true, batch.B);
-    ready_ = &ready;  // run_backward reports each block's bucket (layer_backward_done)
+    if (ready && head_buckets_) ready(buckets_[0].first, buckets_[0].second);
+    ready_ = &ready;
     run_backward(batch.B);
     ready_ = nullptr;
   }
   if (!ready) return;
-  for (size_t i = layer_buckets; i < buckets_.size(); ++i) ready(buckets_[i].first, buckets_[i].second);
+  for (size_t i = early; i < buckets_.size(); ++i) ready(buckets_[i].first, buckets_[i].second);
 }
 
 LossSums Model::forward(const data::Batch& batch) {

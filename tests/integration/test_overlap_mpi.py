@@ -6,7 +6,7 @@ every bucket; a short collective_timeout_s turns a missing bucket into a failure
 - two runs with overlap on give bitwise-equal params, moments and metrics (2×2 and 4×1);
 - overlap on vs off: bitwise equal at 2×2 (a + b has one order), within 1e-6 rel at 4×1;
 - GPT-2 (tied head: wte's bucket is final only after the embedding's backward) and a Llama-family
-  model with an untied lm_head (written before the blocks, sent in the last bucket);
+  model with an untied lm_head (final after the head, before the blocks: the first bucket);
 - a run with overlap on, checkpointed at step 3 and resumed with overlap on, equals the
   uninterrupted run bitwise;
 - allreduce_overlap with zero_stage 1 is a config error (exit 2) naming allreduce_overlap."""
