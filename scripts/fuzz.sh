@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] — builds the libFuzzer targets of tests/fuzz
-# with clang (ASan + UBSan, no CUDA) into ${SFTDP_FUZZ_BUILD_DIR:-build-fuzz} and runs each for a
-# bounded time. The committed seeds (tests/fuzz/corpus, regressions) are read, never written: new
-# inputs go to <build>/fuzz-work/<target>/corpus. Exits 1 on any crash, leak, timeout or sanitizer
-# report and prints the reproducer; save it under tests/fuzz/regressions/<target>/ once fixed.
+# scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] — runs the libFuzzer targets of tests/fuzz
+# (clang, ASan + UBSan, no CUDA) for a bounded time each. They live in the sanitized build that
+# scripts/test_sanitizers.sh configures (${SFTDP_FUZZ_BUILD_DIR:-${SFTDP_ASAN_BUILD_DIR:-build-asan}}):
+# after the sanitizer suite (scripts/test.sh) they are already built; run alone, this configures
+# that build the same way and builds only the fuzz targets. The committed seeds
+# (tests/fuzz/corpus, regressions) are read, never written: new inputs go to
+# <build>/fuzz-work/<target>/corpus. Exits 1 on any crash, leak, timeout or sanitizer report and
+# prints the reproducer; save it under tests/fuzz/regressions/<target>/ once fixed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${SFTDP_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
+BUILD="${SFTDP_FUZZ_BUILD_DIR:-${SFTDP_ASAN_BUILD_DIR:-$ROOT/build-asan}}"
 SECONDS_PER_TARGET="${1:-60}"
 TARGETS=(config data_file checkpoint safetensors)
 
-CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Identical to scripts/test_sanitizers.sh's configure line (a difference would rebuild everything).
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DSFTDP_FUZZ=ON -DSFTDP_ENABLE_CUDA=OFF -DSFTDP_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j "${SFTDP_BUILD_JOBS:-$(nproc)}" --target "${TARGETS[@]/#/fuzz_}"

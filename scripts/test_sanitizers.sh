@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer: configures and builds
-# ${SFTDP_ASAN_BUILD_DIR:-build-asan} (SFTDP_SANITIZE=ON, no CUDA, no bench), then runs CTest there.
-# Any ASan/UBSan report or leak in our code fails the test it happens in; leaks inside Open MPI and
-# the libraries below it are suppressed by tests/sanitizers/lsan.supp. Extra arguments go to ctest
-# (e.g. -L unit, -E slurm).
+# ${SFTDP_ASAN_BUILD_DIR:-build-asan} (clang, SFTDP_FUZZ=ON, which implies SFTDP_SANITIZE=ON; no
+# CUDA, no bench, no GPU tests), then runs CTest there. The same build holds the libFuzzer
+# binaries that scripts/fuzz.sh runs, so CI compiles the sources twice (Release + this), not three
+# times. Any ASan/UBSan report or leak in our code fails the test it happens in; leaks inside
+# Open MPI and the libraries below it are suppressed by tests/sanitizers/lsan.supp. Extra
+# arguments go to ctest (e.g. -L unit, -E slurm).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${SFTDP_ASAN_BUILD_DIR:-$ROOT/build-asan}"
 # -O1 -g1: readable stack traces at a fraction of -O2's compile time; asserts stay on.
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Keep this configure line identical to scripts/fuzz.sh's: any difference reconfigures the shared
+# build and recompiles everything. The compilers are named (not only CC/CXX) so that an older
+# gcc-configured build-asan is reconfigured for clang instead of failing.
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DSFTDP_SANITIZE=ON -DSFTDP_ENABLE_CUDA=OFF -DSFTDP_BUILD_BENCH=OFF -DSFTDP_FUZZ=OFF >/dev/null
+  -DSFTDP_FUZZ=ON -DSFTDP_ENABLE_CUDA=OFF -DSFTDP_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j "${SFTDP_BUILD_JOBS:-$(nproc)}"
 
 # Inherited by every test process, including ranks under mpiexec and the sft_train runs of the

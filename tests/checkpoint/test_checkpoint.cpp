@@ -261,7 +261,8 @@ TEST_F(CheckpointTest, OutOfRangeStateAttributesAreUserErrors) {
       {"optimizer_updates", -1}, {"optimizer_updates", 124}};
   for (const auto& [name, value] : bad) {
     const std::string path = save_one();
-    edit_h5(path, [&](hid_t f) { set_int64_attr(f, name.c_str(), value); });
+    // Captured by init-capture: clang 14 (the sanitized build) cannot capture structured bindings.
+    edit_h5(path, [&n = name, v = value](hid_t f) { set_int64_attr(f, n.c_str(), v); });
     const std::string bounds = name == "optimizer_updates" ? "in [0, step] = [0, 123]" : ">= 0";
     EXPECT_EQ(load_error(path, layout), path + ": root attribute '" + name + "' is " +
                                             std::to_string(value) + ", must be " + bounds);
