@@ -44,6 +44,7 @@ struct Config {
   std::string load_parameters_path;      // HDF5 with /params (SPEC §5); empty = seeded init
   std::string weight_dtype = "float32";  // float32 | bfloat16 (bfloat16: GPU only)
   std::string dtype = "float32";         // activations/GEMM inputs: float32 | bfloat16 (GPU only)
+  bool remat = false;  // keep only each block's output; recompute the rest in backward
   // Optimiser
   double learning_rate = 3e-4;
   double warmup_steps_fraction = 0.1;

@@ -8,6 +8,10 @@
 // stop at the final hidden state. The LM head and the masked cross-entropy are Model's: a fused,
 // chunked linear cross-entropy over only the positions with loss weight != 0 (gathered on the
 // host at upload), so the (B·T, V) logits are never materialised; see src/model/model.cpp.
+// With remat (activation recomputation), the families keep per block only its output (the
+// residual stream): the block's other activations live in one set of buffers that every block
+// overwrites, and backward re-runs each block's forward (all but its last projection) right
+// before that block's backward. Same kernels, same inputs: results are bitwise those without.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -106,6 +110,14 @@ class Model {
   // Reallocates the head's buffers: call it between steps, not per step.
   void set_head_chunking(int rows, bool every_row = false);
   int head_chunk_rows() const { return head_rows_; }
+
+  bool remat() const { return remat_; }
+  // Bytes of the family's activation buffers (per-block activations, the embedding and final
+  // norm outputs, the activation-gradient scratch), on the device; not the parameters, gradients,
+  // micro-batch or the head's chunk buffers. remat_saved_bytes(): what remat saves, i.e. the
+  // same model's activation_bytes() without remat minus with it, whether this one uses it or not.
+  size_t activation_bytes() const { return act_bytes_; }
+  size_t remat_saved_bytes() const { return remat_saved_bytes_; }
   // Chunk logits of at most 128 MiB (fp32), at least 256 rows, at most max_B·T rows.
   static int default_head_chunk_rows(int V, int max_rows);
 
@@ -122,10 +134,12 @@ class Model {
     const int32_t* seg() const { return has_segments ? segments : nullptr; }
     const int32_t* pos() const { return has_positions ? positions : nullptr; }
   };
-  Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout);
+  Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat);
   // Device memory owned by the model, zero-filled, freed with it.
   float* alloc_floats(size_t n);
   int32_t* alloc_ints(size_t n);
+  // alloc_floats for the family's activation buffers: counted in activation_bytes().
+  float* alloc_acts(size_t n);
   // The family's forward pass for B rows from params_ and io_, up to hidden_ (the final norm's
   // output, the LM head's input).
   virtual void run_forward(int B) = 0;
@@ -143,6 +157,9 @@ class Model {
   const Ops& ops_;
   int max_B_, T_;
   ParamLayout layout_;
+  bool remat_ = false;
+  size_t act_bytes_ = 0;          // alloc_acts adds
+  size_t remat_saved_bytes_ = 0;  // the family sets it
   float* params_ = nullptr;
   float* grads_ = nullptr;
   Io io_{};
@@ -173,18 +190,23 @@ class Model {
   bool every_row_ = false;
 };
 
-// The model of d's family, with activations for max_B rows of T tokens.
-std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T);
+// The model of d's family, with activations for max_B rows of T tokens; remat: recompute each
+// block's activations in backward instead of keeping them for every block (config key remat).
+std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T,
+                                  bool remat = false);
 
 class Gpt2 final : public Model {
  public:
-  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T);
+  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false);
   ~Gpt2() override;
 
  private:
   struct Acts;
   void run_forward(int B) override;
   void run_backward(int B) override;
+  // Block l's forward from its input (the embedding's or block l-1's output); with
+  // through_output = false it stops before the MLP's output projection (what backward needs).
+  void block_forward(int l, int B, bool through_output);
   // Offsets (in floats) of the tensors the passes touch, looked up by name once, not per pass.
   std::vector<std::array<size_t, 12>> layer_offsets_;  // per layer: ln_1 w,b, qkv w,b, proj w,b, ln_2 w,b, fc w,b, mlp.proj w,b
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
@@ -193,13 +215,14 @@ class Gpt2 final : public Model {
 
 class Llama final : public Model {
  public:
-  Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T);
+  Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false);
   ~Llama() override;
 
  private:
   struct Acts;
   void run_forward(int B) override;
   void run_backward(int B) override;
+  void block_forward(int l, int B, bool through_output);  // as Gpt2's
   // Per layer: ln_1, qkv w, qkv b, q_norm, k_norm, proj, ln_2, fc, mlp.proj (absent: SIZE_MAX).
   std::vector<std::array<size_t, 9>> layer_offsets_;
   size_t wte_ = 0, lnf_ = 0;

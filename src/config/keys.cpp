@@ -137,6 +137,7 @@ const std::vector<KeySpec>& all_keys() {
       {"load_parameters_path", "Model", &Config::load_parameters_path},
       {"weight_dtype", "Model", &Config::weight_dtype},
       {"dtype", "Model", &Config::dtype},
+      {"remat", "Model", &Config::remat},
       {"learning_rate", "Optimiser", &Config::learning_rate},
       {"warmup_steps_fraction", "Optimiser", &Config::warmup_steps_fraction},
       {"learning_rate_final_fraction", "Optimiser", &Config::learning_rate_final_fraction},

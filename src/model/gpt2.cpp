@@ -3,6 +3,13 @@
 // The passes stop at ln_f: Model runs the LM head (tied to wte) and the cross-entropy on the loss
 // SUM between them (model.cpp) and hands backward d(loss sum)/d ln_f in scratch_btc; gradient sums
 // accumulate (+=).
+// remat: every layer's activations but residual3 (its output, the next block's input) are one set
+// of buffers all layers share. Forward overwrites them block by block; backward re-runs block l's
+// forward up to fch_gelu (block_forward(l, B, false)) right before block l's backward, for every l
+// but the last, whose activations are still there after forward. Recomputation writes only those
+// shared buffers and scratch_btc, which is free then: the previous block's backward consumed it
+// (its last layernorm_bwd reads it), and ln_f's backward consumed d ln_f before the first block.
+// dresidual, which carries d residual3 of block l into its backward, is never touched.
 #include <algorithm>
 #include <cstring>
 
@@ -12,7 +19,8 @@
 
 namespace sftdp::model {
 
-// Activations for max_B rows, in device memory. Per layer: what backward needs again.
+// Activations for max_B rows, in device memory. Per layer: what backward needs again (remat: all
+// layers' pointers but residual3 alias layer 0's).
 struct Gpt2::Acts {
   struct Layer {
     float *ln1, *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
@@ -31,8 +39,8 @@ struct Gpt2::Acts {
   float *dqkv, *datt;                  // (N,3C) (B,NH,T,T)
 };
 
-Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T)
-    : Model(d, ops, max_B, T, gpt2_layout(d)) {
+Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat)
+    : Model(d, ops, max_B, T, gpt2_layout(d), remat) {
   SFTDP_ASSERT(d.C % d.NH == 0, "emb_dim must be divisible by num_heads");
   static const char* const kLayerTensors[12] = {
       "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
@@ -46,16 +54,24 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T)
   acts_ = new Acts();
   auto& a = *acts_;
   const size_t N = size_t(max_B) * T, C = d.C, F = d.F, att = size_t(max_B) * d.NH * T * T;
-  auto f = [&](size_t n) { return alloc_floats(n); };
+  auto f = [&](size_t n) { return alloc_acts(n); };
   a.layers.resize(d.L);
-  for (auto& l : a.layers) {
-    l.ln1 = f(N * C), l.ln1_mean = f(N), l.ln1_rstd = f(N);
-    l.qkv = f(N * 3 * C), l.atty = f(N * C), l.att = f(att);
-    l.residual2 = f(N * C);
-    l.ln2 = f(N * C), l.ln2_mean = f(N), l.ln2_rstd = f(N);
-    l.fch = f(N * F), l.fch_gelu = f(N * F);
+  // Everything but residual3: the part remat shares (L copies without it, one with it).
+  const size_t shared = 7 * N * C + 4 * N + att + 2 * N * F;
+  for (int i = 0; i < d.L; ++i) {
+    auto& l = a.layers[i];
+    if (remat && i > 0) {
+      l = a.layers[0];
+    } else {
+      l.ln1 = f(N * C), l.ln1_mean = f(N), l.ln1_rstd = f(N);
+      l.qkv = f(N * 3 * C), l.atty = f(N * C), l.att = f(att);
+      l.residual2 = f(N * C);
+      l.ln2 = f(N * C), l.ln2_mean = f(N), l.ln2_rstd = f(N);
+      l.fch = f(N * F), l.fch_gelu = f(N * F);
+    }
     l.residual3 = f(N * C);
   }
+  remat_saved_bytes_ = size_t(std::max(d.L - 1, 0)) * shared * sizeof(float);
   a.encoded = f(N * C);
   a.lnf = f(N * C), a.lnf_mean = f(N), a.lnf_rstd = f(N);
   a.scratch_btc = f(N * C), a.dresidual = f(N * C);
@@ -76,31 +92,35 @@ LayerParams layer_params(const std::array<size_t, 12>& off, const float* base) {
 }
 }  // namespace
 
-void Gpt2::run_forward(int B) {
+void Gpt2::block_forward(int l, int B, bool through_output) {
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, N = B * T;
+  auto& x = a.layers[l];
+  const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+  const auto w = layer_params(layer_offsets_[l], params_);
+  o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+  o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+  o.attention_fwd(x.atty, x.att, x.qkv, io_.seg(), B, T, NH, NH, C / NH);
+  o.matmul_fwd(a.scratch_btc, x.atty, w.projw, w.projb, N, C, C);
+  o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
+  o.layernorm_fwd(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
+  o.matmul_fwd(x.fch, x.ln2, w.fcw, w.fcb, N, C, F);
+  o.gelu_fwd(x.fch_gelu, x.fch, size_t(N) * F);
+  if (!through_output) return;
+  o.matmul_fwd(a.scratch_btc, x.fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
+  o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
+}
+
+void Gpt2::run_forward(int B) {
+  auto& a = *acts_;
+  const Ops& o = ops_;
+  const int T = T_, C = d_.C, N = B * T;
   const float* p = params_;
-  const int32_t* pos = io_.pos();
-  const int32_t* seg = io_.seg();
-  o.encoder_fwd(a.encoded, io_.inputs, pos, p + wte_, p + wpe_, B, T, C);
-  const float* residual = a.encoded;
-  for (int l = 0; l < d_.L; ++l) {
-    auto& x = a.layers[l];
-    const auto w = layer_params(layer_offsets_[l], p);
-    o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-    o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-    o.attention_fwd(x.atty, x.att, x.qkv, seg, B, T, NH, NH, C / NH);
-    o.matmul_fwd(a.scratch_btc, x.atty, w.projw, w.projb, N, C, C);
-    o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
-    o.layernorm_fwd(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
-    o.matmul_fwd(x.fch, x.ln2, w.fcw, w.fcb, N, C, F);
-    o.gelu_fwd(x.fch_gelu, x.fch, size_t(N) * F);
-    o.matmul_fwd(a.scratch_btc, x.fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
-    o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
-    residual = x.residual3;
-  }
-  o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + lnf_w_, p + lnf_b_, N, C);
+  o.encoder_fwd(a.encoded, io_.inputs, io_.pos(), p + wte_, p + wpe_, B, T, C);
+  for (int l = 0; l < d_.L; ++l) block_forward(l, B, /*through_output=*/true);
+  const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
+  o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + lnf_w_, p + lnf_b_, N, C);
 }
 
 void Gpt2::run_backward(int B) {
@@ -115,6 +135,7 @@ void Gpt2::run_backward(int B) {
   o.layernorm_bwd(a.dresidual, g + lnf_w_, g + lnf_b_, a.scratch_btc, last, p + lnf_w_, a.lnf_mean,
                   a.lnf_rstd, N, C);
   for (int l = d_.L - 1; l >= 0; --l) {
+    if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     const auto w = layer_params(layer_offsets_[l], p);

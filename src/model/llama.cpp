@@ -8,6 +8,11 @@
 // then rmsnorm_f; the LM head (wte when tied) and the cross-entropy are Model's (model.cpp), which
 // hands backward d(loss sum)/d rmsnorm_f output in scratch_btc. RoPE positions come from the batch's
 // /positions (packed segments restart at 0) or 0..T-1; attention stays inside a segment.
+// remat: as GPT-2's (gpt2.cpp): all layers but their residual3 share one set of activation buffers,
+// and backward re-runs block l's forward up to fch_act before block l's backward (l < L-1). That
+// writes the shared buffers and scratch_btc only; scratch_btc is free then (the previous block's
+// last rmsnorm_bwd, or rmsnorm_f's backward, consumed it) and dresidual is never touched.
+#include <algorithm>
 #include <climits>
 
 #include "kernels/ops.h"
@@ -22,7 +27,8 @@ enum LayerTensor { kLn1, kQkvW, kQkvB, kQNorm, kKNorm, kProj, kLn2, kFc, kMlpPro
 constexpr size_t kAbsent = SIZE_MAX;
 }  // namespace
 
-// Activations for max_B rows, in device memory. Per layer: what backward needs again.
+// Activations for max_B rows, in device memory. Per layer: what backward needs again (remat: all
+// layers' pointers but residual3 alias layer 0's).
 struct Llama::Acts {
   struct Layer {
     float *ln1, *ln1_rstd;         // (N,C) (N)
@@ -45,8 +51,8 @@ struct Llama::Acts {
   float *inv_freq;                 // (HS/2)
 };
 
-Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T)
-    : Model(d, ops, max_B, T, llama_layout(d)) {
+Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat)
+    : Model(d, ops, max_B, T, llama_layout(d), remat) {
   SFTDP_ASSERT(d.block == config::Block::kLlama, "Llama model built from GPT-2 dims");
   SFTDP_ASSERT(d.NH % d.kv_heads() == 0 && d.head_size() % 2 == 0, "bad head configuration");
   auto offset = [&](const std::string& name, bool present) {
@@ -73,26 +79,34 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T)
   auto& a = *acts_;
   const size_t N = size_t(max_B) * T, C = d.C, F = d.F, QKV = d.qkv_dim(), A = d.attn_dim();
   const size_t att = size_t(max_B) * d.NH * T * T, heads = size_t(d.NH) + d.kv_heads();
-  auto f = [&](size_t n) { return alloc_floats(n); };
+  auto f = [&](size_t n) { return alloc_acts(n); };
   a.layers.resize(d.L);
-  for (auto& l : a.layers) {
-    l.ln1 = f(N * C), l.ln1_rstd = f(N);
-    l.qkv_raw = d.qk_norm ? f(N * QKV) : nullptr;
-    l.qk_rstd = d.qk_norm ? f(N * heads) : nullptr;
-    l.qkv = f(N * QKV);
-    l.atty = f(N * A), l.att = f(att);
-    l.residual2 = f(N * C);
-    l.ln2 = f(N * C), l.ln2_rstd = f(N);
-    l.fch = f(N * 2 * F), l.fch_act = f(N * F);
+  // Everything but residual3: the part remat shares (L copies without it, one with it).
+  const size_t shared = 3 * N * C + 2 * N + (d.qk_norm ? N * QKV + N * heads : 0) + N * QKV + N * A + att + 3 * N * F;
+  for (int i = 0; i < d.L; ++i) {
+    auto& l = a.layers[i];
+    if (remat && i > 0) {
+      l = a.layers[0];
+    } else {
+      l.ln1 = f(N * C), l.ln1_rstd = f(N);
+      l.qkv_raw = d.qk_norm ? f(N * QKV) : nullptr;
+      l.qk_rstd = d.qk_norm ? f(N * heads) : nullptr;
+      l.qkv = f(N * QKV);
+      l.atty = f(N * A), l.att = f(att);
+      l.residual2 = f(N * C);
+      l.ln2 = f(N * C), l.ln2_rstd = f(N);
+      l.fch = f(N * 2 * F), l.fch_act = f(N * F);
+    }
     l.residual3 = f(N * C);
   }
+  remat_saved_bytes_ = size_t(std::max(d.L - 1, 0)) * shared * sizeof(float);
   a.encoded = f(N * C);
   a.lnf = f(N * C), a.lnf_rstd = f(N);
   a.scratch_btc = f(N * C), a.scratch_bta = f(N * A), a.dresidual = f(N * C);
   a.dfch = f(N * 2 * F), a.dact = f(N * F);
   a.dqkv = f(N * QKV), a.dqkv_raw = d.qk_norm ? f(N * QKV) : nullptr, a.datt = f(att);
   const auto inv_freq = rope_inv_freq(d);
-  a.inv_freq = f(inv_freq.size());
+  a.inv_freq = alloc_floats(inv_freq.size());  // a constant table, not an activation
   ops_.to_device(a.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float));
   hidden_ = a.lnf, dhidden_ = a.scratch_btc;
   head_ = d.tied ? wte_ : layout_.find("lm_head.weight").offset;
@@ -111,37 +125,43 @@ LayerPtrs layer_ptrs(const std::array<size_t, kLayerTensors>& off, const float* 
 }
 }  // namespace
 
-void Llama::run_forward(int B) {
+void Llama::block_forward(int l, int B, bool through_output) {
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
   const int QKV = d_.qkv_dim(), A = d_.attn_dim(), N = B * T;
   const float eps = static_cast<float>(d_.norm_eps);
+  auto& x = a.layers[l];
+  const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+  const auto w = layer_ptrs(layer_offsets_[l], params_);
+  o.rmsnorm_fwd(x.ln1, x.ln1_rstd, residual, w.ln1, N, C, eps);
+  if (d_.qk_norm) {
+    o.matmul_fwd(x.qkv_raw, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
+    o.qk_rmsnorm_fwd(x.qkv, x.qk_rstd, x.qkv_raw, w.qnorm, w.knorm, N, NH, KVH, HS, eps);
+  } else {
+    o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
+  }
+  o.rope_fwd(x.qkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
+  o.attention_fwd(x.atty, x.att, x.qkv, io_.seg(), B, T, NH, KVH, HS);
+  o.matmul_fwd(a.scratch_btc, x.atty, w.proj, nullptr, N, A, C);
+  o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
+  o.rmsnorm_fwd(x.ln2, x.ln2_rstd, x.residual2, w.ln2, N, C, eps);
+  o.matmul_fwd(x.fch, x.ln2, w.fc, nullptr, N, C, 2 * F);
+  o.swiglu_fwd(x.fch_act, x.fch, N, F);
+  if (!through_output) return;
+  o.matmul_fwd(a.scratch_btc, x.fch_act, w.mlpproj, nullptr, N, F, C);
+  o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
+}
+
+void Llama::run_forward(int B) {
+  auto& a = *acts_;
+  const Ops& o = ops_;
+  const int T = T_, C = d_.C, N = B * T;
   const float* p = params_;
   o.encoder_fwd(a.encoded, io_.inputs, nullptr, p + wte_, nullptr, B, T, C);
-  const float* residual = a.encoded;
-  for (int l = 0; l < d_.L; ++l) {
-    auto& x = a.layers[l];
-    const auto w = layer_ptrs(layer_offsets_[l], p);
-    o.rmsnorm_fwd(x.ln1, x.ln1_rstd, residual, w.ln1, N, C, eps);
-    if (d_.qk_norm) {
-      o.matmul_fwd(x.qkv_raw, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
-      o.qk_rmsnorm_fwd(x.qkv, x.qk_rstd, x.qkv_raw, w.qnorm, w.knorm, N, NH, KVH, HS, eps);
-    } else {
-      o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
-    }
-    o.rope_fwd(x.qkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
-    o.attention_fwd(x.atty, x.att, x.qkv, io_.seg(), B, T, NH, KVH, HS);
-    o.matmul_fwd(a.scratch_btc, x.atty, w.proj, nullptr, N, A, C);
-    o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
-    o.rmsnorm_fwd(x.ln2, x.ln2_rstd, x.residual2, w.ln2, N, C, eps);
-    o.matmul_fwd(x.fch, x.ln2, w.fc, nullptr, N, C, 2 * F);
-    o.swiglu_fwd(x.fch_act, x.fch, N, F);
-    o.matmul_fwd(a.scratch_btc, x.fch_act, w.mlpproj, nullptr, N, F, C);
-    o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
-    residual = x.residual3;
-  }
-  o.rmsnorm_fwd(a.lnf, a.lnf_rstd, residual, p + lnf_, N, C, eps);
+  for (int l = 0; l < d_.L; ++l) block_forward(l, B, /*through_output=*/true);
+  const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
+  o.rmsnorm_fwd(a.lnf, a.lnf_rstd, last, p + lnf_, N, C, static_cast<float>(d_.norm_eps));
 }
 
 void Llama::run_backward(int B) {
@@ -157,6 +177,7 @@ void Llama::run_backward(int B) {
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
   o.rmsnorm_bwd(a.dresidual, g + lnf_, a.scratch_btc, last, p + lnf_, a.lnf_rstd, N, C);
   for (int l = d_.L - 1; l >= 0; --l) {
+    if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     const auto w = layer_ptrs(layer_offsets_[l], p);

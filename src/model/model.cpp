@@ -28,13 +28,13 @@ ParamLayout param_layout(const config::ModelDims& d) {
   return d.block == config::Block::kLlama ? llama_layout(d) : gpt2_layout(d);
 }
 
-std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T) {
-  if (d.block == config::Block::kLlama) return std::make_unique<Llama>(d, ops, max_B, T);
-  return std::make_unique<Gpt2>(d, ops, max_B, T);
+std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat) {
+  if (d.block == config::Block::kLlama) return std::make_unique<Llama>(d, ops, max_B, T, remat);
+  return std::make_unique<Gpt2>(d, ops, max_B, T, remat);
 }
 
-Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout)
-    : d_(d), ops_(ops), max_B_(max_B), T_(T), layout_(std::move(layout)) {
+Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat)
+    : d_(d), ops_(ops), max_B_(max_B), T_(T), layout_(std::move(layout)), remat_(remat) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
   params_ = alloc_floats(layout_.total);
   grads_ = alloc_floats(grad_buffer_floats());
@@ -127,6 +127,11 @@ float* Model::alloc_floats(size_t n) {
   void* p = ops_.alloc(std::max<size_t>(n, 1) * sizeof(float));
   owned_.push_back(p);
   return static_cast<float*>(p);
+}
+
+float* Model::alloc_acts(size_t n) {
+  act_bytes_ += n * sizeof(float);
+  return alloc_floats(n);
 }
 
 int32_t* Model::alloc_ints(size_t n) {

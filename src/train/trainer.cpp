@@ -76,7 +76,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   const RunPaths paths = paths_of(cfg);
   check_output_directory(cfg, paths, comm);
 
-  const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T);
+  const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T, cfg.remat);
   model::Model& model = *model_ptr;
   optim::AdamW opt(model, comm, static_cast<int>(cfg.zero_stage));
   checkpoint::TrainState state =
@@ -91,6 +91,11 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   log::info("optimizer: zero_stage %lld, AdamW moments %.3f MiB on this rank (%zu of %zu floats each of m, v)",
             (long long)cfg.zero_stage, opt.moment_bytes() / 1048576.0, opt.shard().owned(),
             model.layout().total);
+  // The activation memory either way, so that the log shows what remat saves (or would).
+  const size_t act = model.activation_bytes(), saved = model.remat_saved_bytes();
+  log::info("activations: %.3f MiB on this rank, remat %s (%.3f MiB with remat %s)", act / 1048576.0,
+            cfg.remat ? "true" : "false", (cfg.remat ? act + saved : act - saved) / 1048576.0,
+            cfg.remat ? "false" : "true");
   if (state.step >= total_steps) {
     log::info("run already complete: %lld of %lld steps", (long long)state.step, (long long)total_steps);
     return 0;

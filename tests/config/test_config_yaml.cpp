@@ -27,7 +27,7 @@ std::vector<Config> configs_touching_every_key() {
       "gradient_accumulation_steps=3", "max_target_length=48",
       "train_files=[a.h5, 'b,c.h5', '[d].h5']", "eval_files=[e.h5]",
       "enable_data_shuffling=false", "data_shuffle_seed=11", "eval_interval=5", "eval_steps=2",
-      "load_parameters_path=~/w.h5", "weight_dtype=bfloat16", "dtype=bfloat16",
+      "load_parameters_path=~/w.h5", "weight_dtype=bfloat16", "dtype=bfloat16", "remat=true",
       "learning_rate=0.30000000000000004", "warmup_steps_fraction=0.25",
       "learning_rate_final_fraction=0", "adam_b1=0.8", "adam_b2=0.999",
       "adam_eps=1.2345678901234567e-09", "adam_weight_decay=0.01",

@@ -2,7 +2,8 @@
 // same model on the CPU table, for GPT-2 and for Llama-family variants (GQA with an untied head and
 // Qwen2 biases; Qwen3 q/k norm with its own head size): same weights and micro-batch (unequal masked rows, packed
 // segments) give the same loss sum (1e-5), weight sum (exact) and gradient sums (1e-4 per tensor);
-// GA 1 equals GA 4 on the GPU; three training steps run twice are bitwise equal; bf16 GEMM inputs
+// GA 1 equals GA 4 on the GPU; remat gives bitwise the gradients of keeping the activations;
+// three training steps run twice are bitwise equal; bf16 GEMM inputs
 // (the GemmInputs::kBf16 table) keep the loss within 1e-2 of fp32. Every test skips without a
 // CUDA device.
 #include <gtest/gtest.h>
@@ -54,8 +55,8 @@ std::vector<float> noisy_params(const config::ModelDims& d) {
 
 // Gradient sums (with the two trailing sums) of one forward_backward per micro-batch from zero.
 std::vector<float> accumulated_grads(const Ops& ops, const config::ModelDims& d, const std::vector<float>& params,
-                                     const std::vector<data::Batch>& micro_batches) {
-  const auto m = model::make_model(d, ops, micro_batches.front().B, kT);
+                                     const std::vector<data::Batch>& micro_batches, bool remat = false) {
+  const auto m = model::make_model(d, ops, micro_batches.front().B, kT, remat);
   m->set_params_from_host(params);
   m->zero_grads();
   for (const auto& b : micro_batches) m->forward_backward(b);
@@ -121,6 +122,25 @@ TEST_P(CudaModel, GradientAccumulationIsOneBigBatch) {
     EXPECT_EQ(ga4[total + 1], ga1[total + 1]);
     EXPECT_NEAR(loss4, loss1, 1e-6 * loss1);
     EXPECT_LE(max_rel_diff(normalised_grads(ga4, total), normalised_grads(ga1, total)), 1e-5);
+  }
+}
+
+// remat (SPEC §1) on the GPU: recomputing each block's activations in backward gives bitwise the
+// gradient, loss and weight sums of keeping them, over two accumulated micro-batches (the second
+// with fewer rows than the first, i.e. than max_B), with and without packed segments.
+TEST_P(CudaModel, RematIsBitwiseEqualToKeepingActivations) {
+  SFTDP_REQUIRE_CUDA(cuda);
+  auto d = GetParam().dims;
+  d.L = 3;  // two blocks recomputed
+  const auto params = noisy_params(d);
+  for (bool segments : {false, true}) {
+    SCOPED_TRACE(segments ? "packed segments" : "one sequence per row");
+    const auto rows = random_rows(7, kT, d.V, 4242, segments);
+    const std::vector<data::Batch> micro = {slice_rows(rows, 0, 4), slice_rows(rows, 4, 7)};
+    const auto keep = accumulated_grads(*cuda, d, params, micro, /*remat=*/false);
+    const auto remat = accumulated_grads(*cuda, d, params, micro, /*remat=*/true);
+    EXPECT_GT(keep[model::param_layout(d).total + 1], 0.0f);
+    EXPECT_TRUE(bitwise_equal(remat, keep));
   }
 }
 
