@@ -2,14 +2,16 @@
 // AdamW) on SFT-shaped data, with the fused LM head + cross-entropy of Model (only positions with
 // loss weight != 0 go through the head, in chunks) against the unfused head it replaced (every
 // position through one (B·T, V) logits buffer: Model::set_head_chunking(0, true)). Shapes: llm.c's
-// bench shape (GPT-2 124M: L12 NH12 C768 V50257, B=4, T=64) and the 4-layer C=256 GPT-2 of
-// bench_train_step. Data: every position weighted ("0% masked"), and each row's prompt prefix of
+// bench shape (GPT-2 124M: L12 NH12 C768 V50257, B=4, T=64), the 4-layer C=256 GPT-2 of
+// bench_train_step, and 124M with 256-token rows (no unfused head there). Data: every position weighted ("0% masked"), and each row's prompt prefix of
 // 60% of T masked (weight 0) as in SFT. Also gradient accumulation: k micro-steps of b rows vs one
 // micro-step of k·b rows (same rows, same optimizer step). Reports ms/step, tokens/s, GFLOP/s of
 // bench::train_flops (the nominal count: every token through the head) and of the "useful" count
 // (the head only on weighted tokens), the speedup of 60% masked over unmasked, this machine's
 // cblas_sgemm GFLOP/s measured in the same run at the LM-head shape and the step's ratio to it, the
 // head's logits buffer (fused vs unfused), and C++ heap allocations (operator new) per timed step.
+// Beside them: the optimizer's time alone, this machine's memory bandwidth (STREAM triad), and
+// the bounds they put on the masked speedup and on the GA overhead (see the bounds table).
 // The configurations run interleaved, one step each per round (the machine may be shared).
 // Rates and ratios use each configuration's best round (least disturbed by other jobs); the median is
 // printed beside it. Threads: $SFTDP_BENCH_THREADS (default 2). Rounds: $SFTDP_BENCH_REPS (default
@@ -95,10 +97,14 @@ struct Config {
   std::vector<double> ms;
   long news = 0;
   int t = 0;
-  void step() {
+  void step() {  // with no micro-batch: the optimizer's share alone (zero, norm, AdamW)
     config::Config cfg;  // defaults: AdamW with clipping
     m->zero_grads();
     for (const auto& b : micro) m->forward_backward(b);
+    if (micro.empty()) {  // a weight sum of 0 would skip the update: 1 weighted token of loss 1
+      m->grads()[m->layout().total] = 1.0f;
+      m->grads()[m->layout().total + 1] = 1.0f;
+    }
     opt->apply(cfg, 1e-5, ++t);
   }
 };
@@ -138,13 +144,20 @@ int main() {
     const char* name;
     config::ModelDims d;
     int B, T;
+    bool unfused;  // also time the unfused head
   };
-  const Case cases[] = {{"gpt2-124m B=4 T=64", preset("gpt2-124m"), 4, 64},
-                        {"L4 C256 V50257 B=4 T=64", {4, 4, 256, 1024, 50257, 1024}, 4, 64}};
+  // llm.c's bench shape, the small-model / big-vocabulary shape where the head dominates, and
+  // llm.c's shape with SFT-length rows (256 tokens), where a one-row micro-step has 256 tokens.
+  const Case cases[] = {{"gpt2-124m B=4 T=64", preset("gpt2-124m"), 4, 64, true},
+                        {"L4 C256 V50257 B=4 T=64", {4, 4, 256, 1024, 50257, 1024}, 4, 64, true},
+                        {"gpt2-124m B=4 T=256", preset("gpt2-124m"), 4, 256, false}};
+  const double bandwidth = bench::triad_gbytes_per_s();
   bench::Table steps({"model", "head", "masked", "ms/step median", "ms/step best", "tokens/s", "GFLOP/s nominal",
                       "GFLOP/s useful", "sgemm GFLOP/s", "nominal/sgemm", "speedup vs fused 0%", "new/step"});
   bench::Table ga({"model", "k x b", "ms/step best", "vs 1 x k·b"});
   bench::Table memory({"model", "head logits buffer fused MiB", "unfused MiB"});
+  bench::Table bounds({"model", "optimizer ms", "head FLOP share", "masked speedup", "bound", "k x b",
+                       "GA overhead", "bound"});
   bool ok = true;
   const char* only = std::getenv("SFTDP_BENCH_CASE");  // a prefix of the model column
   for (const auto& c : cases) {
@@ -185,12 +198,15 @@ int main() {
                                    {"unfused 0%", unfused.get(), &opt_unfused, {full}, {}},
                                    {"unfused 60%", unfused.get(), &opt_unfused, {masked}, {}},
                                    {"ga 2", fused.get(), &opt_fused, split(2), {}},
-                                   {"ga 4", fused.get(), &opt_fused, split(4), {}}};
+                                   {"ga 4", fused.get(), &opt_fused, split(4), {}},
+                                   {"optimizer", fused.get(), &opt_fused, {}, {}}};
+    if (!c.unfused) configs.erase(configs.begin() + 2, configs.begin() + 4);
     time_interleaved(configs, reps);
+    const size_t n_steps = c.unfused ? 4 : 2, n_ga = configs.size() - 1;
     const double sgemm = 0.5 * (sgemm_before + bench::sgemm_gflops(N, c.d.V, c.d.C, 5));
     // Rates and ratios from the best round (the least disturbed by other jobs); medians beside.
     const double ms_full = best(configs[0].ms);
-    for (size_t i = 0; i < 4; ++i) {
+    for (size_t i = 0; i < n_steps; ++i) {
       const auto& cf = configs[i];
       const double ms = best(cf.ms);
       const double active = weighted(cf.micro[0]);
@@ -202,11 +218,24 @@ int main() {
                      bench::fmt(sgemm, 1), bench::fmt(nominal / (ms * 1e-3) / 1e9 / sgemm, 2),
                      bench::fmt(ms_full / ms, 2), bench::fmt(double(cf.news) / cf.ms.size(), 1)});
     }
-    for (size_t i = 4; i < configs.size(); ++i) {
+    // Bounds. Masked: only the head's work scales with the weighted tokens; the optimizer's time
+    // (measured alone) is fixed and the rest is taken as proportional to its FLOPs. GA: every
+    // extra micro-step streams the >= 2-D weights again, >= 16 bytes per weight (read by the
+    // forward GEMM and by the dinp GEMM, dW read and written by dW +=), at the triad bandwidth.
+    const double ms_opt = best(configs.back().ms);
+    const double head_share = head_per_token * N / nominal;
+    const double masked_frac = (N - weighted(masked)) / N;
+    const double masked_bound = ms_full / (ms_opt + (ms_full - ms_opt) * (1.0 - head_share * masked_frac));
+    const double weight_bytes = 16.0 * double(layout.n_decay);
+    for (size_t i = n_steps; i < n_ga; ++i) {
       const double ms_ga = best(configs[i].ms);
       const int k = static_cast<int>(configs[i].micro.size());
-      ga.add_row({c.name, std::to_string(k) + " x " + std::to_string(c.B / k), bench::fmt(ms_ga, 1),
-                  bench::fmt(ms_ga / ms_full, 3)});
+      const std::string kxb = std::to_string(k) + " x " + std::to_string(c.B / k);
+      ga.add_row({c.name, kxb, bench::fmt(ms_ga, 1), bench::fmt(ms_ga / ms_full, 3)});
+      const double ga_bound = 1.0 + (k - 1) * weight_bytes / (bandwidth * 1e9) * 1e3 / ms_full;
+      bounds.add_row({c.name, bench::fmt(ms_opt, 1), bench::fmt(head_share, 3),
+                      bench::fmt(ms_full / best(configs[1].ms), 2), bench::fmt(masked_bound, 2), kxb,
+                      bench::fmt(ms_ga / ms_full, 3), bench::fmt(ga_bound, 3)});
     }
     const double mib = 1.0 / (1 << 20);
     memory.add_row({c.name, bench::fmt(double(fused->head_chunk_rows()) * c.d.V * 4 * mib, 1),
@@ -224,5 +253,9 @@ int main() {
   ga.print();
   std::printf("\n");
   memory.print();
+  std::printf("\nmemory bandwidth (STREAM triad, %d threads): %.1f GB/s\n", threads, bandwidth);
+  std::printf("bounds: masked = best speedup if only the head shrinks (optimizer ms fixed, the rest by FLOPs);\n"
+              "        GA = least overhead of streaming the >= 2-D weights 16 B each per extra micro-step\n\n");
+  bounds.print();
   return ok ? 0 : 1;
 }

@@ -76,6 +76,19 @@ double sgemm_gflops(int M, int N, int K, int reps) {
   return 2.0 * M * N * K / (ms * 1e6);
 }
 
+double triad_gbytes_per_s(size_t n, int reps) {
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);  // touched once here, so no page faults timed
+  const long long m = static_cast<long long>(n);
+  const double ms = median_ms(
+      [&] {
+#pragma omp parallel for schedule(static)
+        for (long long i = 0; i < m; ++i) a[i] = b[i] + 0.5f * c[i];
+      },
+      reps, 1);
+  if (a[n / 2] != 2.0f) std::fprintf(stderr, "triad: wrong result\n");
+  return 3.0 * sizeof(float) * n / (ms * 1e6);
+}
+
 bool check(const std::string& what, double max_abs_err, double tol) {
   const bool ok = std::isfinite(max_abs_err) && max_abs_err <= tol;
   std::printf("check %s: max |err| %.3g (tolerance %.3g) %s\n", what.c_str(), max_abs_err, tol,

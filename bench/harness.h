@@ -43,6 +43,11 @@ double train_flops(const config::ModelDims& d, int B, int T);
 // one thread and splits GEMMs over OpenMP instead); the previous setting is restored.
 double sgemm_gflops(int M, int N, int K, int reps = 5);
 
+// This machine's memory bandwidth, GB/s: the median over reps of one OpenMP pass of the
+// STREAM triad a[i] = b[i] + s·c[i] over three arrays of n floats each (n well above the caches:
+// 3·n·4 bytes moved per pass, write-allocate traffic not counted, as STREAM reports it).
+double triad_gbytes_per_s(size_t n = size_t(1) << 25, int reps = 5);
+
 // Prints "check <what>: max |err| <err> (tolerance <tol>) OK|FAILED" and returns err <= tol.
 // A bench that fails a check should exit non-zero before it times anything.
 bool check(const std::string& what, double max_abs_err, double tol);
