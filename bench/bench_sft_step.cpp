@@ -59,18 +59,6 @@ config::ModelDims preset(const char* name) {
   return config::model_dims(c);
 }
 
-// rows × T random tokens; the first `prompt` positions of each row weight 0, the rest weight 1.
-data::Batch sft_batch(int rows, int T, int V, int prompt, uint64_t seed) {
-  data::Batch b;
-  b.B = rows, b.T = T;
-  b.inputs = bench::random_ints(size_t(rows) * T, seed, V);
-  b.targets = bench::random_ints(size_t(rows) * T, seed + 1, V);
-  b.loss_weights.assign(size_t(rows) * T, 1.0f);
-  for (int r = 0; r < rows; ++r)
-    for (int t = 0; t < prompt; ++t) b.loss_weights[size_t(r) * T + t] = 0.0f;
-  return b;
-}
-
 // Rows [lo, hi) of b.
 data::Batch rows_of(const data::Batch& b, int lo, int hi) {
   data::Batch s;
@@ -163,7 +151,7 @@ int main() {
   for (const auto& c : cases) {
     if (only && !std::string(c.name).starts_with(only)) continue;
     const int N = c.B * c.T, prompt = static_cast<int>(std::lround(0.6 * c.T));
-    const auto full = sft_batch(c.B, c.T, c.d.V, 0, 11), masked = sft_batch(c.B, c.T, c.d.V, prompt, 11);
+    const auto full = bench::random_batch(c.B, c.T, c.d.V, 0), masked = bench::random_batch(c.B, c.T, c.d.V, prompt);
     std::vector<float> p;
     const auto layout = model::param_layout(c.d);
     model::init_params(p, layout, c.d, 1);

@@ -39,14 +39,15 @@ std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t hi) {
   return v;
 }
 
-data::Batch random_batch(int B, int T, int V) {
+data::Batch random_batch(int B, int T, int V, int prompt) {
+  if (prompt < 0) prompt = T / 4;
   data::Batch b;
   b.B = B, b.T = T;
   b.inputs = random_ints(size_t(B) * T, 1, V);
   b.targets = random_ints(size_t(B) * T, 2, V);
   b.loss_weights.assign(size_t(B) * T, 1.0f);
   for (int r = 0; r < B; ++r)
-    for (int t = 0; t < T / 4; ++t) b.loss_weights[size_t(r) * T + t] = 0.0f;
+    for (int t = 0; t < std::min(prompt, T); ++t) b.loss_weights[size_t(r) * T + t] = 0.0f;
   return b;
 }
 

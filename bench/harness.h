@@ -22,8 +22,9 @@ double median_ms(const std::function<void()>& fn, int reps = 10, int warmup = 2)
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
 std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t hi);
 
-// B rows of T random tokens with a masked quarter-row prompt (loss weight 0), the rest weight 1.
-data::Batch random_batch(int B, int T, int V);
+// B rows of T random tokens whose first `prompt` positions (default: a quarter row) have loss
+// weight 0, as an SFT prompt, the rest weight 1.
+data::Batch random_batch(int B, int T, int V, int prompt = -1);
 
 // Training FLOPs of one optimizer step of model `d` on B×T tokens — the one count every bench
 // reports GFLOP/s and MFU in (llm.c's and PaLM's convention): 6 per GEMM weight per token (2

@@ -22,25 +22,12 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 int positive_int(const json& j, const std::string& file, const char* key) {
   if (!j.contains(key)) throw UserError(file + ": " + key + " is missing");
   const json& v = j[key];
   if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
     throw UserError(file + ": " + key + " must be a positive integer, got " + v.dump());
   return v.get<int>();
-}
-
-// Which file a missing tensor was looked for in.
-std::string weights_source(const std::string& dir) {
-  const fs::path single = fs::path(dir) / "model.safetensors";
-  std::error_code ec;
-  return (fs::exists(single, ec) ? single : fs::path(dir) / "model.safetensors.index.json").string();
 }
 
 // config.json's model_type; without one, the family its architectures[0] names; else gpt2.
@@ -117,7 +104,7 @@ void load_hf_params(const std::string& dir, const model::ParamLayout& layout, st
   if (d.block == config::Block::kLlama) return load_llama_params(dir, d, layout, params);
   TensorMap tensors = read_safetensors_dir(dir);
   const std::string prefix = tensors.count("transformer.wte.weight") ? "transformer." : "";
-  const std::string source = weights_source(dir);
+  const std::string source = safetensors_dir_source(dir);
   params.assign(layout.total, 0.0f);
   std::vector<std::string> used;
   for (const auto& p : layout.tensors) {
@@ -128,9 +115,7 @@ void load_hf_params(const std::string& dir, const model::ParamLayout& layout, st
       throw UserError(source + ": tensor " + name + " is missing (needed for " + p.name + ")");
     const Tensor& t = it->second;
     const std::vector<int64_t> want = hn.transposed ? std::vector<int64_t>{p.shape[1], p.shape[0]} : p.shape;
-    if (t.shape != want)
-      throw UserError(t.file + ": tensor " + name + " has shape " + shape_text(t.shape) + ", config.json needs " +
-                      shape_text(want));
+    require_shape(t, name, want);
     float* dst = params.data() + p.offset;
     if (hn.transposed) {  // HF [in, out] -> SPEC [out, in]
       const int64_t in = want[0], out = want[1];

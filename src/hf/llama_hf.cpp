@@ -4,7 +4,6 @@
 
 #include <climits>
 #include <cstring>
-#include <filesystem>
 
 #include "hf/llama_names.h"
 #include "sftdp/check.h"
@@ -12,14 +11,7 @@
 namespace sftdp::hf {
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 bool present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
 
@@ -135,10 +127,7 @@ void load_llama_params(const std::string& dir, const config::ModelDims& d, const
                        std::vector<float>& params) {
   TensorMap tensors = read_safetensors_dir(dir);
   const std::string prefix = tensors.count("model.embed_tokens.weight") ? "model." : "";
-  std::error_code ec;
-  const fs::path single = fs::path(dir) / "model.safetensors";
-  const std::string source =
-      (fs::exists(single, ec) ? single : fs::path(dir) / "model.safetensors.index.json").string();
+  const std::string source = safetensors_dir_source(dir);
   const std::string family = config::block_name(d);
   params.assign(layout.total, 0.0f);
   for (const auto& p : layout.tensors) {
@@ -156,9 +145,7 @@ void load_llama_params(const std::string& dir, const config::ModelDims& d, const
       std::vector<int64_t> want = p.shape;
       want[0] = part.rows;
       const Tensor& t = it->second;
-      if (t.shape != want)
-        throw UserError(t.file + ": tensor " + name + " has shape " + shape_text(t.shape) + ", config.json needs " +
-                        shape_text(want));
+      require_shape(t, name, want);
       if (row + part.rows > rows)
         die_internal("sftdp", "load_llama_params", p.name + ": parts overflow", __FILE__, __LINE__);
       std::memcpy(params.data() + p.offset + row * cols, t.data.data(), t.data.size() * sizeof(float));

@@ -156,6 +156,22 @@ TensorMap read_safetensors(const std::string& path) {
   return out;
 }
 
+std::string safetensors_dir_source(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  std::error_code ec;
+  return (fs::exists(single, ec) ? single : fs::path(dir) / "model.safetensors.index.json").string();
+}
+
+void require_shape(const Tensor& t, const std::string& name, const std::vector<int64_t>& want) {
+  if (t.shape == want) return;
+  auto text = [](const std::vector<int64_t>& s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+  };
+  throw UserError(t.file + ": tensor " + name + " has shape " + text(t.shape) + ", config.json needs " + text(want));
+}
+
 TensorMap read_safetensors_dir(const std::string& dir) {
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";

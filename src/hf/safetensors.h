@@ -27,6 +27,12 @@ TensorMap read_safetensors(const std::string& path);
 // A model directory: model.safetensors, or the shards listed by model.safetensors.index.json
 // (weight_map: tensor name -> shard file); each tensor must be in the shard the index names.
 TensorMap read_safetensors_dir(const std::string& dir);
+// The file read_safetensors_dir(dir) starts from: model.safetensors, else the index (for messages
+// about a tensor the directory lacks).
+std::string safetensors_dir_source(const std::string& dir);
+// Throws UserError("<t.file>: tensor <name> has shape [..], config.json needs [..]") unless
+// t.shape == want.
+void require_shape(const Tensor& t, const std::string& name, const std::vector<int64_t>& want);
 
 // Writes fp32 tensors (in the given order) with optional string metadata, atomically.
 struct NamedTensor {

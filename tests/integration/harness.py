@@ -114,6 +114,17 @@ def max_rel(a, b):
     return (num / max(den, 1e-300)) ** 0.5
 
 
+def weighted_nll(logits, targets, weights):
+    """The SPEC loss in float64 torch: sum(w · nll) / sum(w) over (B, T) logits; the reference the
+    Hugging Face tests compare sft-dp's first-step loss with (torch is imported here, not above:
+    most tests run without it)."""
+    import torch
+    logits = logits.double()
+    nll = -torch.log_softmax(logits, -1).gather(-1, torch.as_tensor(targets, dtype=torch.long)[..., None])[..., 0]
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    return (w * nll).sum() / w.sum()
+
+
 def worst_tensors(a, b, n=3):
     """The n tensors with the largest relative error, for diagnostics."""
     rel = [(float(np.linalg.norm(a[k].astype(np.float64) - b[k]) / max(np.linalg.norm(b[k]), 1e-12)), k)

@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness import (BUILD, make_data, read_metrics, read_params, run_train, spec_of_hf_gpt2,
-                     write_config)
+from harness import (BUILD, make_data, max_rel, read_metrics, read_params, run_train, spec_of_hf_gpt2,
+                     weighted_nll, write_config)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../model"))
 from reference_gpt2 import logits_of  # noqa: E402
@@ -48,15 +48,7 @@ def hf_model(seed=0):
 
 
 def hf_loss(model, inputs, targets, weights):
-    logits = model(torch.tensor(inputs, dtype=torch.long)).logits.double()
-    nll = -torch.log_softmax(logits, -1).gather(-1, torch.tensor(targets, dtype=torch.long)[..., None])[..., 0]
-    w = torch.tensor(weights, dtype=torch.float64)
-    return (w * nll).sum() / w.sum()
-
-
-def rel(a, b):
-    num = sum(float(np.sum((np.float64(a[k]) - b[k]) ** 2)) for k in b)
-    return (num / sum(float(np.sum(np.float64(b[k]) ** 2)) for k in b)) ** 0.5
+    return weighted_nll(model(torch.tensor(inputs, dtype=torch.long)).logits, targets, weights)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +87,7 @@ def test_import_loss_and_gradients_match_transformers(env, note):
     assert lr == 1e5
     expected_delta = {k: -lr * g / (np.abs(g) + eps) for k, g in g_hf.items()}
     delta = {k: np.float64(p1[k]) - p0[k] for k in p0}
-    grad_rel = rel(delta, expected_delta)
+    grad_rel = max_rel(delta, expected_delta)
     note(f"test_hf_gpt2: first-step loss rel err {loss_rel:.2e}, gradient rel err {grad_rel:.2e}")
     assert grad_rel <= 1e-5
 

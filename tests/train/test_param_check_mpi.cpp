@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/rank_batches.h"
 #include "common/test_util.h"
 #include "kernels/ops.h"
 #include "sftdp/comm.h"
@@ -15,19 +16,8 @@
 using namespace sftdp;
 
 namespace {
-config::ModelDims dims() {
-  config::ModelDims d;
-  d.L = 2, d.NH = 2, d.C = 16, d.F = 32, d.V = 29, d.maxT = 8;
-  return d;
-}
-data::Batch rows_of_rank(int rank, int step, int B, int T, int V) {
-  data::Batch b;
-  b.B = B, b.T = T;
-  b.inputs = test::uniform_int(size_t(B) * T, 100 * step + rank, V);
-  b.targets = test::uniform_int(size_t(B) * T, 100 * step + rank + 50, V);
-  b.loss_weights = test::uniform(size_t(B) * T, 7 * step + rank, 0.0f, 1.0f);
-  return b;
-}
+config::ModelDims dims() { return test::small_gpt2_dims(); }
+using test::rows_of_rank;
 }  // namespace
 
 TEST(ParamCheck, DataParallelStepsKeepParametersIdenticalOnEveryRank) {
