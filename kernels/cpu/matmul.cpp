@@ -8,12 +8,11 @@
 // matmul_fwd_naive is the plain fp64-accumulating reference the tests trust.
 #include "kernels/matmul.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <string>
 
+#include "kernels/cpu/blas.h"
 #include "sftdp/check.h"
 
 namespace sftdp::cpu {
@@ -27,15 +26,6 @@ std::string gemm_shape(int M, int N, int K, int lda, int ldb, int ldc) {
   return "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
          " lda=" + std::to_string(lda) + " ldb=" + std::to_string(ldb) +
          " ldc=" + std::to_string(ldc);
-}
-
-// OpenBLAS must not start its own threads under ours: set once, before the first GEMM.
-void use_single_threaded_blas() {
-  static const bool done = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)done;
 }
 
 // Row-major C(M,N) = op(A)·op(B) + beta·C, A is M×K (K×M if transposed), B is K×N (N×K if
