@@ -145,7 +145,7 @@ int main() {
   bench::Table ga({"model", "k x b", "ms/step best", "vs 1 x k·b"});
   bench::Table memory({"model", "head logits buffer fused MiB", "unfused MiB"});
   bench::Table bounds({"model", "optimizer ms", "head FLOP share", "masked speedup", "bound", "k x b",
-                       "GA overhead", "bound"});
+                       "GA overhead", "bandwidth estimate"});
   bool ok = true;
   const char* only = std::getenv("SFTDP_BENCH_CASE");  // a prefix of the model column
   for (const auto& c : cases) {
@@ -206,9 +206,9 @@ int main() {
                      bench::fmt(sgemm, 1), bench::fmt(nominal / (ms * 1e-3) / 1e9 / sgemm, 2),
                      bench::fmt(ms_full / ms, 2), bench::fmt(double(cf.news) / cf.ms.size(), 1)});
     }
-    // Bounds. Masked: only the head's work scales with the weighted tokens; the optimizer's time
-    // (measured alone) is fixed and the rest is taken as proportional to its FLOPs. GA: every
-    // extra micro-step streams the >= 2-D weights again, >= 16 bytes per weight (read by the
+    // Masked bound: only the head's work scales with the weighted tokens; the optimizer's time
+    // (measured alone) is fixed and the rest is taken as proportional to its FLOPs. GA estimate:
+    // every extra micro-step streams the >= 2-D weights again, 16 bytes per weight (read by the
     // forward GEMM and by the dinp GEMM, dW read and written by dW +=), at the triad bandwidth.
     const double ms_opt = best(configs.back().ms);
     const double head_share = head_per_token * N / nominal;
@@ -242,8 +242,11 @@ int main() {
   std::printf("\n");
   memory.print();
   std::printf("\nmemory bandwidth (STREAM triad, %d threads): %.1f GB/s\n", threads, bandwidth);
-  std::printf("bounds: masked = best speedup if only the head shrinks (optimizer ms fixed, the rest by FLOPs);\n"
-              "        GA = least overhead of streaming the >= 2-D weights 16 B each per extra micro-step\n\n");
+  std::printf("masked bound: the best speedup when only the head's work shrinks with the weighted tokens (the\n"
+              "  optimizer's measured time fixed, the rest in proportion to its FLOPs).\n"
+              "GA bandwidth estimate: 1 + the time to stream the >= 2-D weights 16 B each (forward and dinp GEMMs\n"
+              "  read W, dW += reads and writes dW) once more per extra micro-step at the triad bandwidth; caches\n"
+              "  can beat it when the weights fit in them.\n\n");
   bounds.print();
   return ok ? 0 : 1;
 }
