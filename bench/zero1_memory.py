@@ -19,7 +19,9 @@ T = 32
 
 
 def run(cfg, out, world, zero):
-    wrap = ["sh", "-c", 'exec /usr/bin/time -f "maxrss_kb $OMPI_COMM_WORLD_RANK %M" "$@"', "sh"]
+    # each rank's peak RSS into its own file: ranks writing to one stderr interleave their lines
+    os.makedirs(out, exist_ok=True)
+    wrap = ["sh", "-c", f'exec /usr/bin/time -o "{out}/maxrss_kb.$OMPI_COMM_WORLD_RANK" -f "%M" "$@"', "sh"]
     cmd = wrap + [SFT_TRAIN, cfg, f"base_output_directory={out}", f"zero_stage={zero}"]
     if world > 1:
         cmd = ["mpirun", "-np", str(world), "--oversubscribe"] + cmd
@@ -28,7 +30,7 @@ def run(cfg, out, world, zero):
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     m = re.search(r"AdamW moments ([0-9.]+) MiB on this rank \((\d+) of (\d+) floats", p.stdout)
-    rss = {int(r): int(kb) / 1024 for r, kb in re.findall(r"maxrss_kb (\d+) (\d+)", p.stderr)}
+    rss = {r: int(open(f"{out}/maxrss_kb.{r}").read().split()[-1]) / 1024 for r in range(world)}
     assert m and len(rss) == world, (p.stdout[-2000:], p.stderr[-2000:])
     return float(m.group(1)), int(m.group(2)), int(m.group(3)), rss
 
