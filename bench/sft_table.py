@@ -72,7 +72,7 @@ def train(cfg, out, overrides, world=1, threads="1"):
 
 
 def overlap():
-    d, steps, reps = tempdir(), 8, 2
+    d, steps, reps = tempdir(), 10, 3
     cfg = sft_train_config(d, 128, steps, 8)
     times = {}
     for rep in range(reps):
@@ -80,7 +80,7 @@ def overlap():
             for on in (False, True):
                 _, s = train(cfg, f"{d}/w{world}{on}{rep}", [f"allreduce_overlap={'true' if on else 'false'}"], world)
                 times.setdefault((world, on), []).extend(x["step_time_s"] * 1e3 for x in s[1:])
-    print("GPT-2 L4 C256 V50257, T=128, global batch 8 (GA 1), OMP_NUM_THREADS=1 per rank, steps 2..8 of "
+    print("GPT-2 L4 C256 V50257, T=128, global batch 8 (GA 1), OMP_NUM_THREADS=1 per rank, steps 2..{steps} of "
           f"{reps} interleaved runs each; world 4 is oversubscribed (4 ranks on 2 cores).\n")
     print("| world | overlap | step ms median | min | on/off (median) |")
     print("|---|---|---|---|---|")
@@ -93,15 +93,18 @@ def overlap():
 
 
 def remat():
-    d, steps = tempdir(), 4
+    d, steps, reps = tempdir(), 6, 2
     cfg = sft_train_config(d, 512, steps, 4)
-    rows, losses = {}, {}
-    for on in (False, True):
-        p, s = train(cfg, f"{d}/r{on}", [f"remat={'true' if on else 'false'}"], threads="2")
-        m = re.search(r"activations: ([0-9.]+) MiB", p.stdout + p.stderr)
-        rows[on] = (m.group(1) if m else "?", statistics.median(x["step_time_s"] * 1e3 for x in s[1:]))
-        losses[on] = [x["loss"] for x in s]
-    print("GPT-2 L4 C256 V50257, T=512, global batch 4 (one micro-step of 4 rows), 2 threads, steps 2..4.\n")
+    rows, losses, times = {}, {}, {}
+    for rep in range(reps):  # interleaved
+        for on in (False, True):
+            p, s = train(cfg, f"{d}/r{on}{rep}", [f"remat={'true' if on else 'false'}"], threads="2")
+            m = re.search(r"activations: ([0-9.]+) MiB", p.stdout + p.stderr)
+            times.setdefault(on, []).extend(x["step_time_s"] * 1e3 for x in s[1:])
+            rows[on] = (m.group(1) if m else "?", statistics.median(times[on]))
+            losses[on] = [x["loss"] for x in s]
+    print(f"GPT-2 L4 C256 V50257, T=512, global batch 4 (one micro-step of 4 rows), 2 threads, steps 2..{steps} "
+          f"of {reps} interleaved runs each.\n")
     print("| remat | activations MiB (startup log) | step ms median | losses bitwise equal to off |")
     print("|---|---|---|---|")
     for on in (False, True):
