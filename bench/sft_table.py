@@ -80,7 +80,7 @@ def overlap():
             for on in (False, True):
                 _, s = train(cfg, f"{d}/w{world}{on}{rep}", [f"allreduce_overlap={'true' if on else 'false'}"], world)
                 times.setdefault((world, on), []).extend(x["step_time_s"] * 1e3 for x in s[1:])
-    print("GPT-2 L4 C256 V50257, T=128, global batch 8 (GA 1), OMP_NUM_THREADS=1 per rank, steps 2..{steps} of "
+    print(f"GPT-2 L4 C256 V50257, T=128, global batch 8 (GA 1), OMP_NUM_THREADS=1 per rank, steps 2..{steps} of "
           f"{reps} interleaved runs each; world 4 is oversubscribed (4 ranks on 2 cores).\n")
     print("| world | overlap | step ms median | min | on/off (median) |")
     print("|---|---|---|---|---|")
