@@ -1,8 +1,9 @@
 // bench/bench_gpu_step.cpp — one optimizer step of GPT-2 124M (L12 NH12 C768 F3072 V50257) and of
 // the Llama-family SmolLM2-135M (L30 NH9 KVH3 HS64 C576 F1536 V49152) on one GPU at B=8, T=1024,
-// with bf16 GEMM inputs and in fp32: checked first (initial loss ≈ ln V), then the
-// median step time, tokens/s, achieved TFLOP/s, MFU against the GPU's rated dense bf16 peak and the
-// fraction of cuBLAS's bf16 GEMM rate measured in the same run. Prints markdown; with
+// with bf16 GEMM inputs, in fp32, and with bf16 and remat: checked first (initial loss ≈ ln V; remat
+// must end on the same loss as without), then the median step time, tokens/s, achieved TFLOP/s, MFU
+// against the GPU's rated dense bf16 peak and the fraction of cuBLAS's bf16 GEMM rate measured in
+// the same run, the activation memory and the device memory the model and optimizer hold. Prints markdown; with
 // $SFTDP_BENCH_OUT=<dir> also writes <dir>/gpu_step_<UTC>.md. Env: SFTDP_BENCH_B, SFTDP_BENCH_T,
 // SFTDP_BENCH_STEPS, SFTDP_PEAK_TFLOPS (rated dense bf16 peak of a GPU other than an H200).
 // Without CUDA or a device: says so, exits 0.
@@ -121,14 +122,19 @@ GemmRates cublas_bf16_rates(cublasHandle_t handle, int M, int N, int K, int reps
 struct StepResult {
   bool ok = false;  // both checks passed (a failed initial-loss check skips the timing)
   double ms = 0, initial_loss = 0, final_loss = 0;
+  double activation_mib = 0;  // Model::activation_bytes()
+  double device_mib = 0;      // device memory in use after the steps, beyond what was in use before the model
 };
 
 // zero_grads + forward_backward + AdamW::apply + synchronize, on the same batch every step, on the
 // CUDA table for the given GEMM inputs.
-StepResult time_steps(const config::ModelDims& d, const std::string& mode, GemmInputs inputs,
+StepResult time_steps(const config::ModelDims& d, const std::string& mode, GemmInputs inputs, bool remat,
                       const std::vector<float>& params, const data::Batch& batch, int steps) {
   const Ops& ops = *cuda_ops(inputs);
-  const auto model = model::make_model(d, ops, batch.B, batch.T);
+  ops.synchronize();
+  size_t free_before = 0, total = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_before, &total));
+  const auto model = model::make_model(d, ops, batch.B, batch.T, remat);
   model::Model& m = *model;
   m.set_params_from_host(params);
   optim::AdamW opt(m);
@@ -147,6 +153,10 @@ StepResult time_steps(const config::ModelDims& d, const std::string& mode, GemmI
   if (!bench::check(mode + " initial loss vs ln(V)", std::fabs(stats.loss - std::log(double(d.V))), 0.5)) return r;
   r.ms = bench::median_ms(step, steps, 1);
   r.final_loss = stats.loss;
+  size_t free_after = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_after, &total));
+  r.device_mib = (double(free_before) - double(free_after)) / (1 << 20);
+  r.activation_mib = double(m.activation_bytes()) / (1 << 20);
   // The same batch again and again: AdamW must have lowered its loss.
   r.ok = std::isfinite(r.final_loss) && r.final_loss < r.initial_loss;
   std::printf("check %s loss falls on a repeated batch: %.4f -> %.4f after %d steps %s\n", mode.c_str(),
@@ -202,8 +212,9 @@ int main() {
   const auto batch = bench::random_batch(B, T, d.V);
   std::ostringstream step_table;
   const double rated_peak = rated_peak_tflops(prop);
-  step_table << "| model | parameters | GEMM inputs | ms/step | tokens/s | TFLOP/s | MFU | of cuBLAS bf16 | initial loss | "
-             << "loss after " << steps + 2 << " steps |\n|---|--:|---|--:|--:|--:|--:|--:|--:|--:|\n";
+  step_table << "| model | parameters | GEMM inputs | remat | ms/step | tokens/s | TFLOP/s | MFU | of cuBLAS bf16 | "
+             << "activations MiB | device memory MiB | initial loss | loss after " << steps + 2
+             << " steps |\n|---|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
   bool ok = true;
   for (const char* name : {"gpt2-124m", "smollm2-135m"}) {
     const config::ModelDims md = preset(name);
@@ -211,24 +222,30 @@ int main() {
     model::init_params(params, model::param_layout(md), md, 1);
     const auto model_batch = md.V == d.V ? batch : bench::random_batch(B, T, md.V);
     const double flops = bench::train_flops(md, B, T);
-    double bf16_initial = 0;
-    for (bool bf16 : {true, false}) {
-      const std::string mode = std::string(name) + (bf16 ? " bf16" : " fp32");
+    double bf16_initial = 0, bf16_final = 0;
+    // bf16 GEMM inputs, fp32, and bf16 with remat (FLOPs counted without the recomputed forward)
+    for (const auto& [bf16, remat] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+      const std::string mode = std::string(name) + (bf16 ? " bf16" : " fp32") + (remat ? " remat" : "");
       const StepResult r =
-          time_steps(md, mode, bf16 ? GemmInputs::kBf16 : GemmInputs::kFp32, params, model_batch, steps);
+          time_steps(md, mode, bf16 ? GemmInputs::kBf16 : GemmInputs::kFp32, remat, params, model_batch, steps);
       ok &= r.ok;
-      if (bf16) bf16_initial = r.initial_loss;
+      if (bf16 && !remat) bf16_initial = r.initial_loss, bf16_final = r.final_loss;
       if (!r.ok) continue;
       const double tflops = flops / (r.ms * 1e-3) / 1e12;
       step_table << "| " << name << " | " << params.size() << " | " << (bf16 ? "bf16" : "fp32") << " | "
-                 << bench::fmt(r.ms, 1) << " | " << bench::fmt(tokens / (r.ms * 1e-3), 0) << " | "
-                 << bench::fmt(tflops, 1) << " | "
+                 << (remat ? "on" : "off") << " | " << bench::fmt(r.ms, 1) << " | "
+                 << bench::fmt(tokens / (r.ms * 1e-3), 0) << " | " << bench::fmt(tflops, 1) << " | "
                  << (rated_peak > 0 ? bench::fmt(100.0 * tflops / rated_peak, 1) + "%" : std::string("n/a")) << " | "
-                 << bench::fmt(100.0 * tflops / peak, 1) << "% | " << bench::fmt(r.initial_loss, 4) << " | "
+                 << bench::fmt(100.0 * tflops / peak, 1) << "% | " << bench::fmt(r.activation_mib, 0) << " | "
+                 << bench::fmt(r.device_mib, 0) << " | " << bench::fmt(r.initial_loss, 4) << " | "
                  << bench::fmt(r.final_loss, 4) << " |\n";
       if (!bf16) {  // same weights and data: bf16 GEMM inputs move the loss by well under 1%
         ok &= bench::check(mode + ": bf16 vs fp32 initial loss, relative",
                            std::fabs(bf16_initial / r.initial_loss - 1), 1e-2);
+      }
+      if (remat) {  // recomputation replays the same kernels on the same inputs: the same losses
+        ok &= bench::check(mode + ": loss after the steps vs without remat (abs)", std::fabs(r.final_loss - bf16_final),
+                           0.0);
       }
     }
   }
@@ -239,7 +256,10 @@ int main() {
          << "C=768 F=3072 V=50257) and the Llama-family smollm2-135m (L=30 NH=9 KVH=3 HS=64 C=576 F=1536 V=49152, "
          << "RMSNorm, RoPE, SwiGLU, GQA, tied head); B=" << B << ", T=" << T << " (" << tokens
          << " tokens per step, a quarter of each row masked). Median of " << steps << " steps (zero_grads + "
-         << "forward_backward + AdamW apply + synchronize) after one checked and one warm-up step.\n\n"
+         << "forward_backward + AdamW apply + synchronize) after one checked and one warm-up step. remat on: "
+         << "activation recomputation (its extra forward is not counted in TFLOP/s). Device memory: in use after "
+         << "the steps beyond what was in use before the model was built (parameters, gradients, AdamW moments, "
+         << "activations, the head's chunk buffers, GEMM scratch).\n\n"
          << step_table.str() << "\n"
          << "TFLOP/s = (6·W + 12·L·A·T)·B·T per step (GPT-2: " << bench::fmt(bench::train_flops(d, B, T) / 1e12, 2)
          << " TFLOP; A = attention width NH·HS): 6 flops per "
