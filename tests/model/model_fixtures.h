@@ -1,10 +1,12 @@
 // tests/model/model_fixtures.h — a tiny GPT-2 and micro-batches with very unequal token counts
-// (some rows fully masked), shared by the model tests.
+// (some rows fully masked), shared by the model tests; and the micro-batch each rank feeds it in
+// the MPI data-parallel tests.
 #pragma once
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "common/test_util.h"
 #include "sftdp/config.h"
 #include "sftdp/data.h"
 
@@ -58,6 +60,17 @@ inline data::Batch slice_rows(const data::Batch& b, int lo, int hi) {
   if (b.has_segments()) s.segment_ids.assign(b.segment_ids.begin() + a, b.segment_ids.begin() + e);
   if (b.has_positions()) s.positions.assign(b.positions.begin() + a, b.positions.begin() + e);
   return s;
+}
+
+// B rows of T tokens for (rank, micro-step), deterministic in both, with fractional loss weights
+// (some near 0): every rank's gradients differ, so a reduction has something to do.
+inline data::Batch rows_of_rank(int rank, int step, int B, int T, int V) {
+  data::Batch b;
+  b.B = B, b.T = T;
+  b.inputs = uniform_int(size_t(B) * T, 100 * step + rank, V);
+  b.targets = uniform_int(size_t(B) * T, 100 * step + rank + 50, V);
+  b.loss_weights = uniform(size_t(B) * T, 7 * step + rank, 0.0f, 1.0f);
+  return b;
 }
 
 }  // namespace sftdp::test

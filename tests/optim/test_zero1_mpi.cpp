@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/rank_batches.h"
 #include "common/test_util.h"
 #include "kernels/ops.h"
+#include "model/model_fixtures.h"
 #include "sftdp/comm.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"
@@ -23,7 +23,7 @@
 using namespace sftdp;
 
 namespace {
-config::ModelDims dims() { return test::small_gpt2_dims(); }
+config::ModelDims dims() { return test::tiny_dims(); }
 using test::rows_of_rank;
 // max |a − b| / max |b|
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {

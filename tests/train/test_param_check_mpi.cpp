@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "common/rank_batches.h"
 #include "common/test_util.h"
 #include "kernels/ops.h"
+#include "model/model_fixtures.h"
 #include "sftdp/comm.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"
@@ -16,7 +16,7 @@
 using namespace sftdp;
 
 namespace {
-config::ModelDims dims() { return test::small_gpt2_dims(); }
+config::ModelDims dims() { return test::tiny_dims(); }
 using test::rows_of_rank;
 }  // namespace
 
