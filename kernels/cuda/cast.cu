@@ -29,13 +29,13 @@ void cast_fp32_to_bf16(__nv_bfloat16* out, size_t ld_out, const float* inp, size
   const size_t n = len * count;
   if (n == 0) return;
   SFTDP_ASSERT(ld_in >= len && ld_out >= len, "cast_fp32_to_bf16: a leading dimension is smaller than a vector");
-  fp32_to_bf16_kernel<<<elementwise_blocks(n, kBlock), kBlock, 0, stream>>>(out, ld_out, inp, ld_in, len, n);
+  SFTDP_LAUNCH(fp32_to_bf16_kernel, elementwise_blocks(n, kBlock), kBlock, 0, stream, out, ld_out, inp, ld_in, len, n);
   CHECK_LAUNCH();
 }
 
 void cast_bf16_to_fp32(float* out, const __nv_bfloat16* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  bf16_to_fp32_kernel<<<elementwise_blocks(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
+  SFTDP_LAUNCH(bf16_to_fp32_kernel, elementwise_blocks(n, kBlock), kBlock, 0, stream, out, inp, n);
   CHECK_LAUNCH();
 }
 

@@ -11,6 +11,16 @@
 // After every kernel launch: a bad launch configuration is reported at the launching line.
 #define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
 
+// kernel<<<grid, block, smem, stream>>>(args...), written so that a host compiler can build it too:
+// exactly that launch under nvcc; in the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim) the
+// simulator's launch, which runs the same kernel source on the CPU under CUDA's execution model.
+#ifdef SFTDP_CUDA_SIM
+#define SFTDP_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ::sftdp::sim::launch({#kernel, __FILE__, __LINE__}, kernel, grid, block, smem, stream, __VA_ARGS__)
+#else
+#define SFTDP_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#endif
+
 namespace sftdp::cuda {
 
 // The stream of the CUDA Ops table: created non-blocking on first use, on the current device.

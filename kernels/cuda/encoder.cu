@@ -72,7 +72,7 @@ void scatter_add(float* table, const float* dout, const int32_t* buckets_dev, si
                  size_t rows_at, int U, int C, cudaStream_t stream) {
   if (U == 0) return;
   const dim3 grid(static_cast<unsigned>(U), static_cast<unsigned>(ceil_div(C, kBlock)));
-  scatter_add_buckets_kernel<<<grid, kBlock, 0, stream>>>(table, dout, buckets_dev + order_at,
+  SFTDP_LAUNCH(scatter_add_buckets_kernel, grid, kBlock, 0, stream, table, dout, buckets_dev + order_at,
                                                           buckets_dev + starts_at, buckets_dev + rows_at, C);
   CHECK_LAUNCH();
 }
@@ -90,7 +90,7 @@ void encoder_fwd(float* out, const int32_t* inp, const int32_t* pos, const float
   check_dims("encoder_fwd", B, T, C);
   const size_t total = static_cast<size_t>(B) * T * C;
   if (total == 0) return;
-  encoder_fwd_kernel<<<elementwise_blocks(total, kBlock), kBlock, 0, stream>>>(out, inp, pos, wte, wpe, T, C,
+  SFTDP_LAUNCH(encoder_fwd_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, out, inp, pos, wte, wpe, T, C,
                                                                                total);
   CHECK_LAUNCH();
 }

@@ -40,13 +40,13 @@ __global__ void gelu_bwd_kernel(float* dinp, const float* inp, const float* dout
 
 void gelu_fwd(float* out, const float* inp, size_t N, cudaStream_t stream) {
   if (N == 0) return;
-  gelu_fwd_kernel<<<elementwise_blocks(N, kBlock), kBlock, 0, stream>>>(out, inp, N);
+  SFTDP_LAUNCH(gelu_fwd_kernel, elementwise_blocks(N, kBlock), kBlock, 0, stream, out, inp, N);
   CHECK_LAUNCH();
 }
 
 void gelu_bwd(float* dinp, const float* inp, const float* dout, size_t N, cudaStream_t stream) {
   if (N == 0) return;
-  gelu_bwd_kernel<<<elementwise_blocks(N, kBlock), kBlock, 0, stream>>>(dinp, inp, dout, N);
+  SFTDP_LAUNCH(gelu_bwd_kernel, elementwise_blocks(N, kBlock), kBlock, 0, stream, dinp, inp, dout, N);
   CHECK_LAUNCH();
 }
 

@@ -108,7 +108,7 @@ void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const
   check_dims("layernorm_fwd", N, C);
   if (N == 0) return;
   const unsigned blocks = static_cast<unsigned>(ceil_div(N, kRowBlock / kWarp));
-  layernorm_fwd_kernel<<<blocks, kRowBlock, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  SFTDP_LAUNCH(layernorm_fwd_kernel, blocks, kRowBlock, 0, stream, out, mean, rstd, inp, weight, bias, N, C);
   CHECK_LAUNCH();
 }
 
@@ -117,14 +117,14 @@ void layernorm_bwd(float* dinp, float* dweight, float* dbias, const float* dout,
   check_dims("layernorm_bwd", N, C);
   if (N == 0) return;
   const unsigned blocks = static_cast<unsigned>(ceil_div(N, kRowBlock / kWarp));
-  layernorm_bwd_dinp_kernel<<<blocks, kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  SFTDP_LAUNCH(layernorm_bwd_dinp_kernel, blocks, kRowBlock, 0, stream, dinp, dout, inp, weight, mean, rstd, N, C);
   CHECK_LAUNCH();
 
   const int R = column_chunks(N);
   SFTDP_ASSERT(R <= 65535, "layernorm_bwd: N / 128 row chunks exceed gridDim.y (65535)");
   float* partials = scratch_as<float>(Scratch::kColumnPartials, 2 * static_cast<size_t>(R) * C);
   const dim3 grid(static_cast<unsigned>(ceil_div(C, kColTile)), static_cast<unsigned>(R));
-  layernorm_bwd_partials_kernel<<<grid, dim3(kColTile, kColRows), 0, stream>>>(partials, dout, inp, mean, rstd, N,
+  SFTDP_LAUNCH(layernorm_bwd_partials_kernel, grid, dim3(kColTile, kColRows), 0, stream, partials, dout, inp, mean, rstd, N,
                                                                                C, R);
   CHECK_LAUNCH();
   add_column_partials(dweight, partials, R, C, stream);

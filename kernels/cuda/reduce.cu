@@ -86,9 +86,9 @@ void two_pass_sum(float* dst, Load load, size_t n, bool accumulate, cudaStream_t
   const size_t chunk = ceil_div(n, kMaxPartials) > min_chunk ? ceil_div(n, kMaxPartials) : min_chunk;
   const int P = static_cast<int>(ceil_div(n, chunk));  // <= kMaxPartials
   double* partials = scratch_as<double>(Scratch::kReducePartials, P);
-  partial_sums_kernel<<<P, kSumBlock, 0, stream>>>(partials, load, n, chunk);
+  SFTDP_LAUNCH(partial_sums_kernel<Load>, P, kSumBlock, 0, stream, partials, load, n, chunk);
   CHECK_LAUNCH();
-  finish_sum_kernel<<<1, kFinishBlock, 0, stream>>>(dst, partials, P, accumulate);
+  SFTDP_LAUNCH(finish_sum_kernel, 1, kFinishBlock, 0, stream, dst, partials, P, accumulate);
   CHECK_LAUNCH();
 }
 
@@ -105,7 +105,7 @@ void sum_squares_into(float* dst, const float* x, size_t n, cudaStream_t stream)
 void add_column_partials(float* dst, const float* partials, int R, int C, cudaStream_t stream) {
   if (R <= 0 || C <= 0) return;
   constexpr int kBlock = 256;
-  add_column_partials_kernel<<<static_cast<unsigned>(ceil_div(C, kBlock)), kBlock, 0, stream>>>(dst, partials,
+  SFTDP_LAUNCH(add_column_partials_kernel, static_cast<unsigned>(ceil_div(C, kBlock)), kBlock, 0, stream, dst, partials,
                                                                                                  R, C);
   CHECK_LAUNCH();
 }
@@ -116,7 +116,7 @@ void add_column_sums(float* dst, const float* x, int N, int C, cudaStream_t stre
   SFTDP_ASSERT(R <= 65535, "add_column_sums: N / 128 row chunks exceed gridDim.y (65535)");
   float* partials = scratch_as<float>(Scratch::kColumnPartials, static_cast<size_t>(R) * C);
   const dim3 grid(static_cast<unsigned>(ceil_div(C, kColTile)), static_cast<unsigned>(R));
-  column_partials_kernel<<<grid, dim3(kColTile, kColRows), 0, stream>>>(partials, x, N, C);
+  SFTDP_LAUNCH(column_partials_kernel, grid, dim3(kColTile, kColRows), 0, stream, partials, x, N, C);
   CHECK_LAUNCH();
   add_column_partials(dst, partials, R, C, stream);
 }

@@ -18,7 +18,7 @@ __global__ void residual_fwd_kernel(float* out, const float* a, const float* b, 
 
 void residual_fwd(float* out, const float* a, const float* b, size_t N, cudaStream_t stream) {
   if (N == 0) return;
-  residual_fwd_kernel<<<elementwise_blocks(N, kBlock), kBlock, 0, stream>>>(out, a, b, N);
+  SFTDP_LAUNCH(residual_fwd_kernel, elementwise_blocks(N, kBlock), kBlock, 0, stream, out, a, b, N);
   CHECK_LAUNCH();
 }
 

@@ -133,7 +133,7 @@ void weight_partials(float* partials, const float* dout, const float* inp, const
   const int R = column_chunks(M);
   SFTDP_ASSERT(ceil_div(n, kColTile) <= 65535, "rmsnorm_bwd: too many columns for gridDim.y");
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(ceil_div(n, kColTile)));
-  weight_partials_kernel<<<grid, dim3(kColTile, kColRows), 0, stream>>>(partials, dout, inp, rstd, M, H, h0,
+  SFTDP_LAUNCH(weight_partials_kernel, grid, dim3(kColTile, kColRows), 0, stream, partials, dout, inp, rstd, M, H, h0,
                                                                         row_stride, rstd_stride, n);
   CHECK_LAUNCH();
 }
@@ -158,7 +158,7 @@ void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* weight,
                  cudaStream_t stream) {
   check_dims("rmsnorm_fwd", N, C);
   if (N == 0) return;
-  rmsnorm_fwd_kernel<<<warp_blocks(N), kRowBlock, 0, stream>>>(out, rstd, inp, weight, N, C, eps);
+  SFTDP_LAUNCH(rmsnorm_fwd_kernel, warp_blocks(N), kRowBlock, 0, stream, out, rstd, inp, weight, N, C, eps);
   CHECK_LAUNCH();
 }
 
@@ -166,7 +166,7 @@ void rmsnorm_bwd(float* dinp, float* dweight, const float* dout, const float* in
                  const float* rstd, int N, int C, cudaStream_t stream) {
   check_dims("rmsnorm_bwd", N, C);
   if (N == 0) return;
-  rmsnorm_bwd_dinp_kernel<<<warp_blocks(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
+  SFTDP_LAUNCH(rmsnorm_bwd_dinp_kernel, warp_blocks(N), kRowBlock, 0, stream, dinp, dout, inp, weight, rstd, N, C);
   CHECK_LAUNCH();
   const int R = column_chunks(N);
   float* partials = scratch_as<float>(Scratch::kColumnPartials, static_cast<size_t>(R) * C);
@@ -179,7 +179,7 @@ void qk_rmsnorm_fwd(float* out, float* rstd, const float* qkv, const float* q_we
   check_heads("qk_rmsnorm_fwd", N, NH, KVH, HS);
   if (N == 0) return;
   const size_t vectors = static_cast<size_t>(N) * (NH + 2 * KVH);
-  qk_rmsnorm_fwd_kernel<<<warp_blocks(vectors), kRowBlock, 0, stream>>>(out, rstd, qkv, q_weight, k_weight, N, NH,
+  SFTDP_LAUNCH(qk_rmsnorm_fwd_kernel, warp_blocks(vectors), kRowBlock, 0, stream, out, rstd, qkv, q_weight, k_weight, N, NH,
                                                                          KVH, HS, eps);
   CHECK_LAUNCH();
 }
@@ -190,7 +190,7 @@ void qk_rmsnorm_bwd(float* dqkv, float* dq_weight, float* dk_weight, const float
   check_heads("qk_rmsnorm_bwd", N, NH, KVH, HS);
   if (N == 0) return;
   const size_t vectors = static_cast<size_t>(N) * (NH + 2 * KVH);
-  qk_rmsnorm_bwd_dinp_kernel<<<warp_blocks(vectors), kRowBlock, 0, stream>>>(dqkv, dout, qkv, q_weight, k_weight,
+  SFTDP_LAUNCH(qk_rmsnorm_bwd_dinp_kernel, warp_blocks(vectors), kRowBlock, 0, stream, dqkv, dout, qkv, q_weight, k_weight,
                                                                               rstd, N, NH, KVH, HS);
   CHECK_LAUNCH();
   // dq_weight over the N·NH q vectors, dk_weight over the N·KVH k vectors: one scratch, two halves.

@@ -48,7 +48,7 @@ void swiglu_fwd(float* out, const float* inp, int N, int F, cudaStream_t stream)
   check_dims("swiglu_fwd", N, F);
   const size_t total = static_cast<size_t>(N) * F;
   if (total == 0) return;
-  swiglu_fwd_kernel<<<elementwise_blocks(total, kBlock), kBlock, 0, stream>>>(out, inp, F, total);
+  SFTDP_LAUNCH(swiglu_fwd_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, out, inp, F, total);
   CHECK_LAUNCH();
 }
 
@@ -56,7 +56,7 @@ void swiglu_bwd(float* dinp, const float* inp, const float* dout, int N, int F, 
   check_dims("swiglu_bwd", N, F);
   const size_t total = static_cast<size_t>(N) * F;
   if (total == 0) return;
-  swiglu_bwd_kernel<<<elementwise_blocks(total, kBlock), kBlock, 0, stream>>>(dinp, inp, dout, F, total);
+  SFTDP_LAUNCH(swiglu_bwd_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, dinp, inp, dout, F, total);
   CHECK_LAUNCH();
 }
 

@@ -30,7 +30,13 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   CHECK_MPI(MPI_Initialized(&init));
   if (!init) {
     int provided = 0;
-    CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+#ifdef SFTDP_CUDA_SIM
+    // The CUDA simulator's NCCL runs its collectives over MPI on stream worker threads.
+    const int wanted = MPI_THREAD_MULTIPLE;
+#else
+    const int wanted = MPI_THREAD_FUNNELED;
+#endif
+    CHECK_MPI(MPI_Init_thread(&argc, &argv, wanted, &provided));
     owns_ = true;
   }
   // Errors come back as codes, so CHECK_MPI can name the call before aborting the job.

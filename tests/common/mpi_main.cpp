@@ -4,7 +4,12 @@
 #include <mpi.h>
 
 int main(int argc, char** argv) {
+#ifdef SFTDP_CUDA_SIM
+  int provided = 0;  // the CUDA simulator's NCCL runs collectives on stream worker threads
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+#else
   MPI_Init(&argc, &argv);
+#endif
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

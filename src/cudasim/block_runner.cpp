@@ -1,0 +1,460 @@
+// src/cudasim/block_runner.cpp — blocks, threads as fibers, barriers, warp exchanges and the
+// schedule comparison (see block_runner.h). A simulated thread runs until it reaches a sync point
+// (__syncthreads, a shuffle/vote/__syncwarp) or returns; the scheduler resumes runnable threads in
+// the schedule's order, completes a warp operation once every lane of its mask has arrived, and
+// releases the barrier once every thread has. A state from which no thread can proceed (a deadlock
+// on a GPU) is an error naming the kernel, as are a barrier that some thread exited without
+// reaching, lanes that meet at different warp operations, and a lane outside its own mask.
+#include "cudasim/block_runner.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <boost/context/detail/fcontext.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <tuple>
+
+#include "cudasim/runtime.h"
+#include "cudasim/sanitizer.h"
+
+// Bounds of the section every __shared__ variable lives in (device.h); weak: null when no kernel
+// declares one.
+extern "C" __attribute__((weak)) char __start_sftdp_sim_shared[];
+extern "C" __attribute__((weak)) char __stop_sftdp_sim_shared[];
+
+namespace sftdp::sim {
+
+__thread Builtins t_builtins;
+
+namespace {
+
+namespace fc = boost::context::detail;
+
+constexpr int kWarp = 32;
+#ifdef SFTDP_SIM_ASAN
+constexpr size_t kStackBytes = size_t{512} << 10;  // ASan's frames are several times larger
+#else
+constexpr size_t kStackBytes = size_t{128} << 10;
+#endif
+
+enum class State : uint8_t { kRunnable, kAtBarrier, kAtWarp, kExited };
+enum class Schedule { kForward, kReverse, kShuffled };
+
+struct SimThread {
+  fc::fcontext_t fiber = nullptr;  // where it resumes
+  State state = State::kRunnable;
+  uint3 idx{};
+  // where it waits, and for a warp operation what it posted
+  const char* file = nullptr;
+  int line = 0;
+  WarpOp op = WarpOp::kSyncWarp;
+  unsigned mask = 0;
+  uint64_t value = 0;
+  int arg = 0, width = kWarp;
+  uint64_t result = 0;
+  void* fake_stack = nullptr;  // ASan's, while switched away
+};
+
+// Fiber stacks, each with a PROT_NONE page below it (an overflow faults), kept for the process.
+// Used under the execution lock only.
+class StackPool {
+ public:
+  void* bottom(size_t i) {
+    while (bottoms_.size() <= i) {
+      const size_t page = 4096;
+      void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+      if (p == MAP_FAILED) {
+        report("internal", "cannot map a fiber stack");
+        std::abort();
+      }
+      mprotect(p, page, PROT_NONE);
+      bottoms_.push_back(static_cast<char*>(p) + page);
+    }
+    return bottoms_[i];
+  }
+  void* top(size_t i) { return static_cast<char*>(bottom(i)) + kStackBytes; }
+
+ private:
+  std::vector<void*> bottoms_;
+};
+StackPool& stacks() {
+  static auto* pool = new StackPool;
+  return *pool;
+}
+
+struct BlockRun {
+  const KernelLaunch* launch = nullptr;
+  uint3 block_idx{};
+  dim3 block_dim, grid_dim;
+  std::vector<SimThread> threads;
+  SimThread* current = nullptr;
+  fc::fcontext_t scheduler = nullptr;
+  const void* scheduler_stack = nullptr;
+  size_t scheduler_stack_size = 0;
+  void* scheduler_fake_stack = nullptr;
+  std::string error;  // the first failed check of the block
+};
+
+__thread BlockRun* t_run = nullptr;
+
+std::string xyz(const uint3& v) {
+  return "(" + std::to_string(v.x) + "," + std::to_string(v.y) + "," + std::to_string(v.z) + ")";
+}
+std::string xyz(const dim3& v) {
+  return "(" + std::to_string(v.x) + "," + std::to_string(v.y) + "," + std::to_string(v.z) + ")";
+}
+std::string hex(unsigned v) {
+  char s[16];
+  std::snprintf(s, sizeof s, "0x%08x", v);
+  return s;
+}
+std::string site(const char* file, int line) {
+  const char* slash = std::strrchr(file, '/');
+  return std::string(slash ? slash + 1 : file) + ":" + std::to_string(line);
+}
+
+void switch_to_scheduler(BlockRun* run, bool exiting) {
+  SimThread* self = run->current;
+  asan::start_switch(exiting ? nullptr : &self->fake_stack, run->scheduler_stack, run->scheduler_stack_size);
+  const fc::transfer_t back = fc::jump_fcontext(run->scheduler, nullptr);
+  asan::finish_switch(self->fake_stack, nullptr, nullptr);
+  run->scheduler = back.fctx;
+}
+
+void thread_main(fc::transfer_t from) {
+  BlockRun* run = t_run;
+  run->scheduler = from.fctx;
+  asan::finish_switch(nullptr, &run->scheduler_stack, &run->scheduler_stack_size);
+  run->launch->thread_body();
+  run->current->state = State::kExited;
+  switch_to_scheduler(run, /*exiting=*/true);  // never returns
+}
+
+void resume(BlockRun& run, size_t i) {
+  SimThread& th = run.threads[i];
+  run.current = &th;
+  t_builtins.thread_idx = &th.idx;
+  asan::start_switch(&run.scheduler_fake_stack, stacks().bottom(i), kStackBytes);
+  const fc::transfer_t t = fc::jump_fcontext(th.fiber, nullptr);
+  asan::finish_switch(run.scheduler_fake_stack, nullptr, nullptr);
+  th.fiber = t.fctx;
+  run.current = nullptr;
+  t_builtins.thread_idx = nullptr;
+}
+
+SimThread* calling_thread(const char* what) {
+  BlockRun* run = t_run;
+  if (!run || !run->current) {
+    report("synccheck", std::string(what) + " called outside a kernel");
+    std::abort();
+  }
+  return run->current;
+}
+
+std::string sync_point(const SimThread& th) {
+  if (th.state == State::kAtBarrier) return "__syncthreads (" + site(th.file, th.line) + ")";
+  std::string s = std::string(warp_op_name(th.op)) + " (" + site(th.file, th.line) + ", mask " + hex(th.mask);
+  return s + ")";
+}
+
+// Completes warp w's pending operation if every lane of its mask that has not exited is there.
+// Returns whether lanes were released; sets run.error on a mismatch.
+bool resolve_warp(BlockRun& run, size_t w) {
+  const size_t base = w * kWarp, lanes = std::min<size_t>(kWarp, run.threads.size() - base);
+  const SimThread* first = nullptr;
+  for (size_t l = 0; l < lanes; ++l) {
+    const SimThread& th = run.threads[base + l];
+    if (th.state != State::kAtWarp) continue;
+    if (!first) {
+      first = &th;
+    } else if (th.op != first->op || th.mask != first->mask || th.file != first->file || th.line != first->line ||
+               th.width != first->width) {
+      run.error = "lanes of warp " + std::to_string(w) + " meet at different warp operations: thread " +
+                  xyz(first->idx) + " at " + sync_point(*first) + ", thread " + xyz(th.idx) + " at " + sync_point(th);
+      return false;
+    }
+  }
+  if (!first) return false;
+  const unsigned mask = first->mask;
+  const int width = first->width;
+  if (width < 1 || width > kWarp || (width & (width - 1)) != 0) {
+    run.error = std::string(warp_op_name(first->op)) + " (" + site(first->file, first->line) + "): width " +
+                std::to_string(width) + " is not a power of two from 1 to 32";
+    return false;
+  }
+  unsigned arrived = 0;
+  for (size_t l = 0; l < lanes; ++l) {
+    const SimThread& th = run.threads[base + l];
+    const unsigned bit = 1u << l;
+    if (th.state == State::kAtWarp) {
+      if (!(mask & bit)) {
+        run.error = "thread " + xyz(th.idx) + " (lane " + std::to_string(l) + ") calls " + sync_point(th) +
+                    " with a mask that leaves out its own lane";
+        return false;
+      }
+      arrived |= bit;
+    } else if ((mask & bit) && th.state != State::kExited) {
+      return false;  // a lane of the mask is yet to arrive (a deadlock if it never can)
+    }
+  }
+  // Lanes of the mask that exited (or do not exist) are inactive: reading them gives undefined
+  // bits on a GPU, all-ones (NaN) here.
+  const auto read = [&](int src) -> uint64_t {
+    return (arrived >> src) & 1u ? run.threads[base + static_cast<size_t>(src)].value : ~uint64_t{0};
+  };
+  uint64_t ballot = 0;
+  bool all = true, any = false;
+  for (size_t l = 0; l < lanes; ++l) {
+    if (!((arrived >> l) & 1u)) continue;
+    const bool pred = run.threads[base + l].value != 0;
+    ballot |= pred ? (uint64_t{1} << l) : 0;
+    all &= pred;
+    any |= pred;
+  }
+  for (size_t l = 0; l < lanes; ++l) {
+    if (!((arrived >> l) & 1u)) continue;
+    SimThread& th = run.threads[base + l];
+    const int li = static_cast<int>(l), start = li / width * width, end = start + width;
+    int src = li;
+    switch (th.op) {
+      case WarpOp::kShflIdx: src = start + ((th.arg % width) + width) % width; break;
+      case WarpOp::kShflXor: src = li ^ th.arg; src = (src >= end || src < 0) ? li : src; break;
+      case WarpOp::kShflDown: src = li + th.arg; src = src >= end ? li : src; break;
+      case WarpOp::kShflUp: src = li - th.arg; src = src < start ? li : src; break;
+      default: break;
+    }
+    switch (th.op) {
+      case WarpOp::kBallot: th.result = ballot; break;
+      case WarpOp::kAll: th.result = all; break;
+      case WarpOp::kAny: th.result = any; break;
+      case WarpOp::kSyncWarp: th.result = 0; break;
+      default: th.result = read(src); break;
+    }
+    th.state = State::kRunnable;
+  }
+  return true;
+}
+
+// Why no thread can proceed: each distinct sync point with its thread count and first thread.
+std::string deadlock(const BlockRun& run) {
+  std::map<std::tuple<int, const char*, int, unsigned>, std::pair<int, const SimThread*>> points;
+  int exited = 0;
+  for (const SimThread& th : run.threads) {
+    if (th.state == State::kExited) {
+      ++exited;
+      continue;
+    }
+    const int kind = th.state == State::kAtBarrier ? -1 : static_cast<int>(th.op);
+    auto& [count, example] = points[{kind, th.file, th.line, th.state == State::kAtBarrier ? 0u : th.mask}];
+    if (count++ == 0) example = &th;
+  }
+  std::string s = "no thread of the block can proceed (a deadlock on a GPU):";
+  for (const auto& [key, entry] : points)
+    s += " " + std::to_string(entry.first) + " thread(s) wait at " + sync_point(*entry.second) + ", first " +
+         xyz(entry.second->idx) + ";";
+  return s + " " + std::to_string(exited) + " thread(s) have exited";
+}
+
+// Runs the current block of `run` to the end; false (run.error set) on a failed check.
+bool run_block(BlockRun& run, Schedule schedule, std::mt19937_64& rng) {
+  const dim3 d = run.block_dim;
+  const size_t n = static_cast<size_t>(d.x) * d.y * d.z;
+  run.threads.assign(n, SimThread{});
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (schedule == Schedule::kReverse) std::reverse(order.begin(), order.end());
+  for (size_t i = 0; i < n; ++i) {
+    SimThread& th = run.threads[i];
+    th.idx = uint3{static_cast<unsigned>(i % d.x), static_cast<unsigned>(i / d.x % d.y),
+                   static_cast<unsigned>(i / (static_cast<size_t>(d.x) * d.y))};
+    th.fiber = fc::make_fcontext(stacks().top(i), kStackBytes, thread_main);
+  }
+  for (;;) {
+    if (schedule == Schedule::kShuffled) std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i : order)
+      if (run.threads[i].state == State::kRunnable) resume(run, i);
+    size_t exited = 0, at_barrier = 0;
+    for (const SimThread& th : run.threads) {
+      exited += th.state == State::kExited;
+      at_barrier += th.state == State::kAtBarrier;
+    }
+    if (exited == n) return true;
+    bool woke = false;
+    for (size_t w = 0; w * kWarp < n; ++w) {
+      woke |= resolve_warp(run, w);
+      if (!run.error.empty()) return false;
+    }
+    if (woke) continue;
+    if (at_barrier > 0 && at_barrier + exited == n) {
+      const SimThread* first = nullptr;
+      for (const SimThread& th : run.threads) {
+        if (th.state != State::kAtBarrier) continue;
+        if (!first) first = &th;
+        if (th.file != first->file || th.line != first->line) {
+          run.error = "threads wait at different __syncthreads: thread " + xyz(first->idx) + " at " +
+                      site(first->file, first->line) + ", thread " + xyz(th.idx) + " at " + site(th.file, th.line);
+          return false;
+        }
+      }
+      if (exited > 0) {
+        const auto gone = std::find_if(run.threads.begin(), run.threads.end(),
+                                       [](const SimThread& th) { return th.state == State::kExited; });
+        run.error = "__syncthreads (" + site(first->file, first->line) + ") is not reached by every thread of the block: " +
+                    std::to_string(exited) + " thread(s) exited before it, first " + xyz(gone->idx);
+        return false;
+      }
+      for (SimThread& th : run.threads) th.state = State::kRunnable;
+      continue;
+    }
+    run.error = deadlock(run);
+    return false;
+  }
+}
+
+// Every block of the launch in the schedule's block order.
+bool run_grid(const KernelLaunch& l, Schedule schedule, uint64_t seed, std::string& error) {
+  BlockRun run;
+  run.launch = &l;
+  run.block_dim = l.block;
+  run.grid_dim = l.grid;
+  t_run = &run;
+  t_builtins = Builtins{nullptr, &run.block_idx, &run.block_dim, &run.grid_dim};
+  const uint64_t gx = l.grid.x, gy = l.grid.y, total = gx * gy * l.grid.z;
+  std::mt19937_64 rng(seed);
+  uint64_t stride = 1;  // a block permutation for the shuffled schedule: k -> k·stride mod total
+  if (schedule == Schedule::kShuffled && total > 1) {
+    stride = rng() % total;
+    while (std::gcd(stride, total) != 1) stride = (stride + 1) % total;
+  }
+  const size_t shared_bytes = static_cast<size_t>(__stop_sftdp_sim_shared - __start_sftdp_sim_shared);
+  bool ok = true;
+  for (uint64_t k = 0; k < total && ok; ++k) {
+    const uint64_t b = schedule == Schedule::kForward ? k
+                       : schedule == Schedule::kReverse ? total - 1 - k
+                                                        : (k * stride) % total;
+    run.block_idx = uint3{static_cast<unsigned>(b % gx), static_cast<unsigned>(b / gx % gy),
+                          static_cast<unsigned>(b / (gx * gy))};
+    if (shared_bytes) std::memset(__start_sftdp_sim_shared, kFreshByte, shared_bytes);  // fresh per block
+    ok = run_block(run, schedule, rng);
+    if (!ok) error = "block " + xyz(run.block_idx) + ": " + run.error;
+  }
+  if (!ok)  // abandoned fibers leave their frames' ASan poison behind on stacks that are reused
+    for (size_t i = 0; i < run.threads.size(); ++i) asan::unpoison(stacks().bottom(i), kStackBytes);
+  t_run = nullptr;
+  t_builtins = Builtins{};
+  return ok;
+}
+
+std::string describe_launch(const KernelLaunch& l) {
+  return "kernel " + std::string(l.kernel) + " (launched at " + site(l.file, l.line) + ", grid " + xyz(l.grid) +
+         ", block " + xyz(l.block) + ")";
+}
+
+std::string word_at(const unsigned char* p, size_t offset, size_t size) {
+  const size_t at = offset / 4 * 4;
+  uint32_t w = 0;
+  std::memcpy(&w, p + at, std::min<size_t>(4, size - at));
+  float f;
+  std::memcpy(&f, &w, 4);
+  return hex(w) + " (" + std::to_string(f) + " as float)";
+}
+
+}  // namespace
+
+const char* warp_op_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::kShflIdx: return "__shfl_sync";
+    case WarpOp::kShflXor: return "__shfl_xor_sync";
+    case WarpOp::kShflDown: return "__shfl_down_sync";
+    case WarpOp::kShflUp: return "__shfl_up_sync";
+    case WarpOp::kSyncWarp: return "__syncwarp";
+    case WarpOp::kBallot: return "__ballot_sync";
+    case WarpOp::kAll: return "__all_sync";
+    case WarpOp::kAny: return "__any_sync";
+  }
+  return "?";
+}
+
+void syncthreads(const char* file, int line) {
+  SimThread* self = calling_thread("__syncthreads");
+  self->state = State::kAtBarrier;
+  self->file = file;
+  self->line = line;
+  switch_to_scheduler(t_run, false);
+}
+
+uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line) {
+  SimThread* self = calling_thread(warp_op_name(op));
+  self->state = State::kAtWarp;
+  self->op = op;
+  self->mask = mask;
+  self->value = value;
+  self->arg = arg;
+  self->width = width;
+  self->file = file;
+  self->line = line;
+  switch_to_scheduler(t_run, false);
+  return self->result;
+}
+
+void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, int device) {
+  const int schedules = settings().schedules;
+  using Bytes = std::vector<unsigned char>;
+  const auto bytes_of = [](const Allocation& a) { return reinterpret_cast<unsigned char*>(a.begin); };
+  std::vector<Bytes> start, first;
+  const auto save = [&](std::vector<Bytes>& to) {
+    to.resize(regions.size());
+    for (size_t i = 0; i < regions.size(); ++i) to[i].assign(bytes_of(regions[i]), bytes_of(regions[i]) + regions[i].size);
+  };
+  if (schedules > 1) save(start);
+  static const char* const kNames[] = {"in-order", "reversed", "shuffled"};
+  for (int s = 0; s < schedules; ++s) {
+    if (s == 1) save(first);
+    if (s >= 1)
+      for (size_t i = 0; i < regions.size(); ++i) std::memcpy(bytes_of(regions[i]), start[i].data(), start[i].size());
+    const Schedule schedule = s == 0 ? Schedule::kForward : s == 1 ? Schedule::kReverse : Schedule::kShuffled;
+    std::string error;
+    if (!run_grid(l, schedule, 0x5eed0000u + static_cast<uint64_t>(s), error)) {
+      fault(device, cudaErrorLaunchFailure, "synccheck", describe_launch(l) + ", " + kNames[std::min(s, 2)] +
+                                                             " schedule, " + error);
+      return;
+    }
+    for (const Allocation& a : regions) {
+      if (const auto bad = memory().damaged_slack(a.id)) {
+        memory().refill_slack(a.id);
+        fault(device, cudaErrorIllegalAddress, "memcheck",
+              describe_launch(l) + " wrote out of bounds: " + memory().describe(reinterpret_cast<void*>(*bad)));
+        return;
+      }
+    }
+    if (s == 0) continue;
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const unsigned char* now = bytes_of(regions[i]);
+      const Bytes& ref = first[i];
+      const auto diff = std::mismatch(ref.begin(), ref.end(), now);
+      if (diff.first == ref.end()) continue;
+      const size_t at = static_cast<size_t>(diff.first - ref.begin());
+      fault(device, cudaErrorLaunchFailure, "racecheck",
+            describe_launch(l) + ": the result depends on the thread schedule (a missing __syncthreads, a " +
+                "shared-memory race, or blocks writing the same element): " +
+                memory().describe(reinterpret_cast<void*>(regions[i].begin + at)) + " is " + word_at(ref.data(), at, ref.size()) +
+                " under the in-order schedule, " + word_at(now, at, ref.size()) + " under the " + kNames[std::min(s, 2)] + " one");
+      return;
+    }
+  }
+}
+
+std::string running_thread_description() {
+  const BlockRun* run = t_run;
+  if (!run || !run->launch) return "";
+  std::string s = describe_launch(*run->launch) + ", block " + xyz(run->block_idx);
+  if (run->current) s += ", thread " + xyz(run->current->idx);
+  return s;
+}
+
+}  // namespace sftdp::sim

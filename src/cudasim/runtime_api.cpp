@@ -1,0 +1,416 @@
+// src/cudasim/runtime_api.cpp — the CUDA runtime entry points sft-dp uses, under their real names and
+// NVIDIA's own declarations (cuda_runtime_api.h), on the simulator's devices, memory and streams.
+// Semantics as CUDA documents them: asynchronous copies and memsets are queued like kernels and may
+// run after the call returns (host memory included: reading a device-to-host copy before
+// synchronising reads stale data); cudaMemcpy and cudaMemset are ordered on the legacy stream and
+// cudaMemcpy returns when done; cudaFree waits for the device first; a kernel fault is sticky (every
+// later call of the device returns it); other failures set the calling thread's last error.
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "cudasim/memory.h"
+#include "cudasim/runtime.h"
+
+namespace sftdp::sim {
+namespace {
+
+std::mutex& events_mu() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::map<Event*, std::shared_ptr<Event>>& events() {
+  static auto* m = new std::map<Event*, std::shared_ptr<Event>>;
+  return *m;
+}
+std::shared_ptr<Event> find_event(cudaEvent_t handle) {
+  std::lock_guard<std::mutex> lock(events_mu());
+  const auto it = events().find(reinterpret_cast<Event*>(handle));
+  return it == events().end() ? nullptr : it->second;
+}
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+bool valid_ordinal(int d) { return d >= 0 && static_cast<size_t>(d) < devices().size(); }
+
+// The current device's sticky error, or cudaErrorNoDevice without one.
+cudaError_t device_state() {
+  if (devices().empty()) return cudaErrorNoDevice;
+  return sticky_error(current_device());
+}
+
+// A device range of a copy or memset must lie inside one live allocation.
+bool device_range_ok(const char* call, const char* which, const void* p, size_t bytes) {
+  const auto a = memory().find(p, bytes);
+  if (a && a->live) return true;
+  report("memcheck", std::string(call) + ": the " + which + " range of " + std::to_string(bytes) +
+                         " bytes at " + memory().describe(p) + " is not inside one live cudaMalloc allocation");
+  return false;
+}
+bool is_device(const void* p) {
+  const auto a = memory().find(p, 0);
+  return a && a->live;
+}
+
+cudaError_t queue_copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                       Stream& stream) {
+  if (bytes == 0) return cudaSuccess;
+  if (kind == cudaMemcpyDefault)  // unified addressing: the pointers say where they live
+    kind = is_device(src) ? (is_device(dst) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+                          : (is_device(dst) ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  if (kind != cudaMemcpyHostToHost && !src_dev && !dst_dev) return fail(cudaErrorInvalidMemcpyDirection);
+  if (src_dev && !device_range_ok(call, "source", src, bytes)) return fail(cudaErrorInvalidValue);
+  if (dst_dev && !device_range_ok(call, "destination", dst, bytes)) return fail(cudaErrorInvalidValue);
+  if ((!src_dev && is_device(src)) || (!dst_dev && is_device(dst))) {
+    report("memcheck", std::string(call) + ": a pointer given as host memory is device memory (wrong cudaMemcpyKind)");
+    return fail(cudaErrorInvalidValue);
+  }
+  enqueue(stream, call, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t queue_memset(const char* call, void* p, int value, size_t bytes, Stream& stream) {
+  if (bytes == 0) return cudaSuccess;
+  if (!device_range_ok(call, "destination", p, bytes)) return fail(cudaErrorInvalidValue);
+  enqueue(stream, call, [p, value, bytes] { std::memset(p, value, bytes); });
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace sftdp::sim
+
+using namespace sftdp::sim;
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (!count) return fail(cudaErrorInvalidValue);
+  *count = static_cast<int>(devices().size());
+  return *count == 0 ? fail(cudaErrorNoDevice) : cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d) {
+  if (devices().empty()) return fail(cudaErrorNoDevice);
+  if (!valid_ordinal(d)) return fail(cudaErrorInvalidDevice);
+  current_device() = d;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* d) {
+  if (!d) return fail(cudaErrorInvalidValue);
+  if (devices().empty()) return fail(cudaErrorNoDevice);
+  *d = current_device();
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int d) {
+  if (!id || len <= 0) return fail(cudaErrorInvalidValue);
+  if (!valid_ordinal(d)) return fail(cudaErrorInvalidDevice);
+  std::snprintf(id, static_cast<size_t>(len), "%s", device(d).bus_id.c_str());
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int d) {
+  if (!prop) return fail(cudaErrorInvalidValue);
+  if (!valid_ordinal(d)) return fail(cudaErrorInvalidDevice);
+  std::memset(prop, 0, sizeof *prop);
+  std::snprintf(prop->name, sizeof prop->name, "sft-dp CUDA simulator (sm_90 limits)");
+  const Device& dev = device(d);
+  prop->totalGlobalMem = dev.budget;
+  prop->sharedMemPerBlock = 48 << 10;
+  prop->sharedMemPerBlockOptin = 227 << 10;
+  prop->regsPerBlock = 65536;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = 1024, prop->maxThreadsDim[1] = 1024, prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 2147483647, prop->maxGridSize[1] = 65535, prop->maxGridSize[2] = 65535;
+  prop->major = 9, prop->minor = 0;
+  prop->multiProcessorCount = 1;  // blocks run one at a time
+  prop->pciBusID = 0x18 + 0x10 * dev.physical;
+  prop->unifiedAddressing = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  if (!free_bytes || !total_bytes) return fail(cudaErrorInvalidValue);
+  const Device& dev = device(current_device());
+  *total_bytes = dev.budget;
+  *free_bytes = dev.budget - dev.used.load();
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (!p) return fail(cudaErrorInvalidValue);
+  *p = nullptr;
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  if (bytes == 0) return cudaSuccess;
+  Device& dev = device(current_device());
+  size_t used = dev.used.load();
+  do {
+    if (bytes > dev.budget - used) return fail(cudaErrorMemoryAllocation);
+  } while (!dev.used.compare_exchange_weak(used, used + bytes));
+  *p = memory().allocate(bytes, dev.ordinal);
+  if (!*p) {
+    dev.used -= bytes;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  if (devices().empty()) return fail(cudaErrorNoDevice);
+  const auto a = memory().find(p, 0);
+  if (!a || !a->live || a->begin != reinterpret_cast<uintptr_t>(p)) {
+    report("memcheck", "cudaFree of " + memory().describe(p) + ", not the start of a live allocation (a double free?)");
+    return fail(cudaErrorInvalidValue);
+  }
+  synchronize_device(a->device);  // as CUDA does: queued work may still use it
+  size_t bytes = 0;
+  int owner = 0;
+  memory().release(p, &bytes, &owner);
+  device(owner).used -= bytes;
+  return fail(sticky_error(owner));
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t handle) {
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  Stream* s = resolve(handle);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  return queue_copy("cudaMemcpyAsync", dst, src, bytes, kind, *s);
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  Stream& s = *resolve(nullptr);
+  if (const cudaError_t e = queue_copy("cudaMemcpy", dst, src, bytes, kind, s); e != cudaSuccess) return e;
+  s.wait(s.tail());
+  return fail(sticky_error(s.device()));
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t handle) {
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  Stream* s = resolve(handle);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  return queue_memset("cudaMemsetAsync", p, value, bytes, *s);
+}
+
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  return queue_memset("cudaMemset", p, value, bytes, *resolve(nullptr));
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* handle, unsigned flags) {
+  if (!handle) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  if (flags & ~static_cast<unsigned>(cudaStreamNonBlocking)) return fail(cudaErrorInvalidValue);
+  auto* s = new Stream(current_device(),
+                       (flags & cudaStreamNonBlocking) ? Stream::Kind::kNonBlocking : Stream::Kind::kBlocking);
+  register_stream(s);
+  *handle = reinterpret_cast<cudaStream_t>(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* handle) { return cudaStreamCreateWithFlags(handle, cudaStreamDefault); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t handle) {
+  Stream* s = handle && handle != cudaStreamLegacy ? resolve(handle) : nullptr;
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  unregister_stream(s);
+  s->shut_down();  // what was queued still runs, as CUDA promises
+  delete s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
+  if (devices().empty()) return fail(cudaErrorNoDevice);
+  Stream* s = resolve(handle);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  s->wait(s->tail());
+  return fail(sticky_error(s->device()));
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t handle) {
+  if (devices().empty()) return fail(cudaErrorNoDevice);
+  Stream* s = resolve(handle);
+  if (!s) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = sticky_error(s->device()); e != cudaSuccess) return fail(e);
+  const uint64_t t = s->tail();
+  s->release(t);
+  return s->finished(t) ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned flags) {
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  Stream* s = resolve(handle);
+  const auto ev = find_event(event);
+  if (!s || !ev) return fail(cudaErrorInvalidResourceHandle);
+  if (flags != 0) return fail(cudaErrorInvalidValue);
+  Stream* on = nullptr;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    on = ev->stream, seq = ev->seq;  // the record current at this call, not a later one
+  }
+  if (on) enqueue(*s, "cudaStreamWaitEvent", [on, seq] { on->wait(seq); }, /*exec=*/false);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* handle, unsigned flags) {
+  if (!handle) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  auto ev = std::make_shared<Event>();
+  ev->flags = flags;
+  std::lock_guard<std::mutex> lock(events_mu());
+  events().emplace(ev.get(), ev);
+  *handle = reinterpret_cast<cudaEvent_t>(ev.get());
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* handle) { return cudaEventCreateWithFlags(handle, cudaEventDefault); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t handle) {
+  std::lock_guard<std::mutex> lock(events_mu());
+  return events().erase(reinterpret_cast<Event*>(handle)) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
+  if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  Stream* s = resolve(handle);
+  const auto ev = find_event(event);
+  if (!s || !ev) return fail(cudaErrorInvalidResourceHandle);
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    generation = ++ev->generation;
+    ev->time_ms = -1;
+  }
+  const bool timing = !(ev->flags & cudaEventDisableTiming);
+  const uint64_t seq = enqueue(
+      *s, "cudaEventRecord",
+      [ev, generation, timing] {
+        std::lock_guard<std::mutex> lock(ev->mu);
+        if (timing && ev->generation == generation) ev->time_ms = now_ms();
+      },
+      /*exec=*/false);
+  std::lock_guard<std::mutex> lock(ev->mu);
+  if (ev->generation == generation) ev->stream = s, ev->seq = seq;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  const auto ev = find_event(event);
+  if (!ev) return fail(cudaErrorInvalidResourceHandle);
+  Stream* s = nullptr;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    s = ev->stream, seq = ev->seq;
+  }
+  if (!s) return cudaSuccess;  // never recorded: complete
+  if (const cudaError_t e = sticky_error(s->device()); e != cudaSuccess) return fail(e);
+  s->release(seq);  // a query asks for the work: it runs now, and a later query sees it done
+  return s->finished(seq) ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  const auto ev = find_event(event);
+  if (!ev) return fail(cudaErrorInvalidResourceHandle);
+  Stream* s = nullptr;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    s = ev->stream, seq = ev->seq;
+  }
+  if (!s) return cudaSuccess;
+  s->wait(seq);
+  return fail(sticky_error(s->device()));
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const auto a = find_event(start), b = find_event(end);
+  if (!ms || !a || !b) return fail(cudaErrorInvalidResourceHandle);
+  if ((a->flags | b->flags) & cudaEventDisableTiming) return fail(cudaErrorInvalidResourceHandle);
+  std::scoped_lock lock(a->mu, b->mu);
+  if (!a->stream || !b->stream) return fail(cudaErrorInvalidResourceHandle);
+  if (a->time_ms < 0 || b->time_ms < 0) return cudaErrorNotReady;
+  *ms = static_cast<float>(b->time_ms - a->time_ms);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  if (devices().empty()) return fail(cudaErrorNoDevice);
+  synchronize_device(current_device());
+  return fail(sticky_error(current_device()));
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t sticky = devices().empty() ? cudaSuccess : sticky_error(current_device());
+  const cudaError_t e = last_error();
+  last_error() = cudaSuccess;
+  return e != cudaSuccess ? e : sticky;
+}
+
+cudaError_t cudaPeekAtLastError() {
+  const cudaError_t sticky = devices().empty() ? cudaSuccess : sticky_error(current_device());
+  return last_error() != cudaSuccess ? last_error() : sticky;
+}
+
+cudaError_t cudaDriverGetVersion(int* v) {
+  if (!v) return fail(cudaErrorInvalidValue);
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  if (!v) return fail(cudaErrorInvalidValue);
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+    default: return "unrecognized error code";
+  }
+}
+
+}  // extern "C"
