@@ -202,23 +202,11 @@ bool resolve_warp(BlockRun& run, size_t w) {
       return false;  // a lane of the mask is yet to arrive (a deadlock if it never can)
     }
   }
-  // Lanes of the mask that exited (or do not exist) are inactive: reading them gives undefined
-  // bits on a GPU, all-ones (NaN) here.
-  const auto read = [&](int src) -> uint64_t {
-    return (arrived >> src) & 1u ? run.threads[base + static_cast<size_t>(src)].value : ~uint64_t{0};
-  };
-  uint64_t ballot = 0;
-  bool all = true, any = false;
+  // Lanes of the mask that exited (or do not exist) are inactive. A shuffle may read only lanes that
+  // take part ("If the target thread is inactive, the retrieved value is undefined"): an error here.
   for (size_t l = 0; l < lanes; ++l) {
-    if (!((arrived >> l) & 1u)) continue;
-    const bool pred = run.threads[base + l].value != 0;
-    ballot |= pred ? (uint64_t{1} << l) : 0;
-    all &= pred;
-    any |= pred;
-  }
-  for (size_t l = 0; l < lanes; ++l) {
-    if (!((arrived >> l) & 1u)) continue;
-    SimThread& th = run.threads[base + l];
+    if (!((arrived >> l) & 1u) || first->op > WarpOp::kShflUp) continue;
+    const SimThread& th = run.threads[base + l];
     const int li = static_cast<int>(l), start = li / width * width, end = start + width;
     int src = li;
     switch (th.op) {
@@ -228,12 +216,37 @@ bool resolve_warp(BlockRun& run, size_t w) {
       case WarpOp::kShflUp: src = li - th.arg; src = src < start ? li : src; break;
       default: break;
     }
+    run.threads[base + l].result = static_cast<uint64_t>(src);
+    if (!((arrived >> src) & 1u)) {
+      run.error = "thread " + xyz(th.idx) + " (lane " + std::to_string(l) + ") at " + sync_point(th) + " reads lane " +
+                  std::to_string(src) + ", which does not take part (" +
+                  (static_cast<size_t>(src) < lanes && run.threads[base + static_cast<size_t>(src)].state == State::kExited
+                       ? "it has exited"
+                       : "not in the mask or not in the block") +
+                  "): the value is undefined on a GPU";
+      return false;
+    }
+  }
+  uint64_t ballot = 0;
+  bool all = true, any = false;
+  for (size_t l = 0; l < lanes; ++l) {
+    if (!((arrived >> l) & 1u)) continue;
+    const bool pred = run.threads[base + l].value != 0;
+    ballot |= pred ? (uint64_t{1} << l) : 0;
+    all &= pred;
+    any |= pred;
+  }
+  std::vector<uint64_t> values(lanes);  // read all before any result overwrites a lane's slot
+  for (size_t l = 0; l < lanes; ++l) values[l] = run.threads[base + l].value;
+  for (size_t l = 0; l < lanes; ++l) {
+    if (!((arrived >> l) & 1u)) continue;
+    SimThread& th = run.threads[base + l];
     switch (th.op) {
       case WarpOp::kBallot: th.result = ballot; break;
       case WarpOp::kAll: th.result = all; break;
       case WarpOp::kAny: th.result = any; break;
       case WarpOp::kSyncWarp: th.result = 0; break;
-      default: th.result = read(src); break;
+      default: th.result = values[th.result]; break;  // th.result holds the source lane (above)
     }
     th.state = State::kRunnable;
   }

@@ -84,8 +84,7 @@ void submit(KernelLaunch&& l, cudaStream_t handle) {
       if (!p) continue;  // null is a value (an absent optional input); dereferencing it faults
       const auto a = memory().find(p, 0);
       if (!a || !a->live) {
-        report("launch", where(l) + ": argument " + std::to_string(i + 1) + " is " + memory().describe(p) +
-                             (a ? " (freed device memory)" : ""));
+        report("launch", where(l) + ": argument " + std::to_string(i + 1) + " is " + memory().describe(p));
         fail(cudaErrorInvalidValue);
         return;
       }

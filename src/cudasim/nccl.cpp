@@ -403,7 +403,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t handle) {
     std::lock_guard<std::mutex> lock(comm->mu);
     pending = comm->last_op;
   }
-  for (auto [s, seq] : pending) s->wait(seq);  // NCCL finishes what was queued first
+  for (auto [s, seq] : pending)
+    if (is_live(s)) s->wait(seq);  // NCCL finishes what was queued first (a destroyed stream has)
   {
     std::lock_guard<std::mutex> lock(comms_mu());
     comms().erase(handle);

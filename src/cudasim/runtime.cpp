@@ -165,6 +165,16 @@ void unregister_stream(Stream* s) {
   d.streams.erase(std::remove(d.streams.begin(), d.streams.end(), s), d.streams.end());
 }
 
+bool is_live(const Stream* s) {  // s may be dangling: compared, never dereferenced
+  for (Device* d : devices()) {
+    std::lock_guard<std::mutex> lock(d->mu);
+    if (d->legacy == s) return true;
+  }
+  std::lock_guard<std::mutex> lock(streams_mu());
+  const auto& v = live_streams();
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
 Stream* resolve(cudaStream_t handle) {
   if (handle == nullptr || handle == cudaStreamLegacy) {
     if (devices().empty()) return nullptr;

@@ -62,6 +62,7 @@ Stream* resolve(cudaStream_t s);
 // blocking streams and they for it (non-blocking streams for neither).
 uint64_t enqueue(Stream& s, std::string what, std::function<void()> fn, bool exec = true);
 void register_stream(Stream* s);
+bool is_live(const Stream* s);  // not destroyed (legacy streams always are)
 void unregister_stream(Stream* s);
 void synchronize_device(int ordinal);  // every stream of the device: released and finished
 

@@ -1,6 +1,8 @@
 // src/cudasim/streams.cpp — stream queues and their workers (see streams.h).
 #include "cudasim/streams.h"
 
+#include <algorithm>
+
 #include "cudasim/runtime.h"
 
 namespace sftdp::sim {
@@ -41,6 +43,7 @@ void Stream::release(uint64_t seq) {
 
 void Stream::wait(uint64_t seq) {
   std::unique_lock<std::mutex> lock(mu_);
+  seq = std::min(seq, next_ - 1);  // nothing to wait for beyond what was queued
   if (seq > released_) {
     released_ = seq;
     cv_.notify_all();

@@ -1,0 +1,281 @@
+// tests/cudasim/test_cuda_sim_nccl_mpi.cpp — the simulator's NCCL between the ranks of an mpirun (2 and
+// 4 ranks, one simulated GPU each), against MPI: AllReduce (sum, prod, max, min, avg; fp32, fp64,
+// int32, bf16) gives every rank the same bits, the rank-ordered sum of all contributions; ReduceScatter
+// and AllGather in place and out of place; Broadcast and Reduce from a non-zero root; group calls.
+// Collectives are ordered on their stream like kernels: one queued on a second stream without a
+// cudaStreamWaitEvent reads the data before the producing kernel ran (a wrong result, every time),
+// with the wait it reads the data after. Refusals as NCCL gives them: two ranks on one GPU
+// ("Duplicate GPU detected"), host buffers, a wrong rank count; ncclCommAbort ends a collective
+// that a peer never joins.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/test_util.h"
+#include "sim_test_util.h"  // first of the CUDA headers
+#include <nccl.h>
+#include "kernels/cuda/common.cuh"
+
+// Four simulated GPUs on this host, one per rank, before anything asks the runtime.
+static const bool kDevices = (setenv("SFTDP_SIM_DEVICES", "4", 0), true);
+
+namespace sftdp::test {
+namespace {
+
+__global__ void fill_kernel(float* out, float value, int n) {
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += static_cast<int>(gridDim.x * blockDim.x))
+    out[i] = value;
+}
+
+int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world() {
+  int w = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  return w;
+}
+
+// Every rank's copy of `mine`, in rank order.
+template <class T>
+std::vector<T> gather_all(const std::vector<T>& mine) {
+  std::vector<T> all(mine.size() * static_cast<size_t>(world()));
+  MPI_Allgather(mine.data(), static_cast<int>(mine.size() * sizeof(T)), MPI_BYTE, all.data(),
+                static_cast<int>(mine.size() * sizeof(T)), MPI_BYTE, MPI_COMM_WORLD);
+  return all;
+}
+
+class SimNccl : public SimTest {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(cudaSetDevice(rank() % 4), cudaSuccess);
+    SimTest::SetUp();
+    ncclUniqueId id{};
+    if (rank() == 0) {
+      ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    }
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ASSERT_EQ(ncclCommInitRank(&comm_, world(), id, rank()), ncclSuccess);
+  }
+  void TearDown() override {
+    if (comm_) {
+      EXPECT_EQ(ncclCommDestroy(comm_), ncclSuccess);
+    }
+    SimTest::TearDown();
+  }
+  template <class T>
+  std::vector<T> run_all_reduce(const std::vector<T>& mine, ncclDataType_t t, ncclRedOp_t op, bool in_place) {
+    T* send = device_from(mine);
+    T* recv = in_place ? send : device<T>(mine.size());
+    EXPECT_EQ(ncclAllReduce(send, recv, mine.size(), t, op, comm_, stream_), ncclSuccess);
+    return host(recv, mine.size());
+  }
+  ncclComm_t comm_ = nullptr;
+};
+
+// Values whose fp32 sum depends on the order: 1e8 on rank 0, small ones elsewhere.
+std::vector<float> order_sensitive(size_t n, int r) {
+  auto v = uniform(n, 100 + static_cast<uint64_t>(r), -1.f, 1.f);
+  if (r == 0)
+    for (size_t i = 0; i < n; i += 3) v[i] = 1e8f;
+  return v;
+}
+
+TEST_F(SimNccl, AllReduceSumIsRankOrderedAndTheSameBitsOnEveryRank) {
+  for (bool in_place : {false, true}) {
+    const size_t n = 1001;  // not a multiple of the rank count
+    const auto mine = order_sensitive(n, rank());
+    const auto got = run_all_reduce(mine, ncclFloat, ncclSum, in_place);
+    const auto all = gather_all(mine);
+    std::vector<float> expect(n);
+    for (size_t i = 0; i < n; ++i) {
+      float acc = all[i];
+      for (int r = 1; r < world(); ++r) acc += all[static_cast<size_t>(r) * n + i];
+      expect[i] = acc;
+    }
+    EXPECT_TRUE(bitwise_equal(got, expect)) << (in_place ? "in place" : "out of place");
+    const auto everyone = gather_all(got);
+    for (int r = 1; r < world(); ++r)
+      EXPECT_EQ(std::memcmp(everyone.data(), everyone.data() + static_cast<size_t>(r) * n, n * sizeof(float)), 0);
+  }
+}
+
+TEST_F(SimNccl, AllReduceOpsAndTypesMatchMpi) {
+  const size_t n = 37;
+  std::vector<int32_t> ints(n);
+  for (size_t i = 0; i < n; ++i) ints[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(rank()) * 13) % 29) - 9;
+  const struct {
+    ncclRedOp_t nccl;
+    MPI_Op mpi;
+  } ops[] = {{ncclSum, MPI_SUM}, {ncclProd, MPI_PROD}, {ncclMax, MPI_MAX}, {ncclMin, MPI_MIN}};
+  for (const auto& op : ops) {
+    std::vector<int32_t> ref(n);
+    MPI_Allreduce(ints.data(), ref.data(), static_cast<int>(n), MPI_INT32_T, op.mpi, MPI_COMM_WORLD);
+    EXPECT_EQ(run_all_reduce(ints, ncclInt32, op.nccl, false), ref) << "op " << op.nccl;
+  }
+  std::vector<int32_t> sum(n);
+  MPI_Allreduce(ints.data(), sum.data(), static_cast<int>(n), MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD);
+  const auto avg = run_all_reduce(ints, ncclInt32, ncclAvg, false);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(avg[i], sum[i] / world());
+
+  std::vector<double> doubles(n);
+  for (size_t i = 0; i < n; ++i) doubles[i] = 0.1 * static_cast<double>(i) + rank();
+  std::vector<double> dref(n);
+  MPI_Allreduce(doubles.data(), dref.data(), static_cast<int>(n), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(run_all_reduce(doubles, ncclDouble, ncclMax, false), dref);
+
+  // bf16: summed in fp32 and rounded after every rank's term, in rank order.
+  std::vector<__nv_bfloat16> halves(n);
+  const auto mine = uniform(n, 7 + static_cast<uint64_t>(rank()));
+  for (size_t i = 0; i < n; ++i) halves[i] = __float2bfloat16_rn(mine[i]);
+  const auto got = run_all_reduce(halves, ncclBfloat16, ncclSum, true);
+  const auto all = gather_all(halves);
+  for (size_t i = 0; i < n; ++i) {
+    __nv_bfloat16 acc = all[i];
+    for (int r = 1; r < world(); ++r)
+      acc = __float2bfloat16_rn(__bfloat162float(acc) + __bfloat162float(all[static_cast<size_t>(r) * n + i]));
+    EXPECT_EQ(__bfloat162float(got[i]), __bfloat162float(acc)) << i;
+  }
+}
+
+TEST_F(SimNccl, ReduceScatterAndAllGatherInPlaceAndOut) {
+  const size_t block = 5, W = static_cast<size_t>(world()), r = static_cast<size_t>(rank());
+  const auto mine = uniform(block * W, 300 + r);
+  const auto all = gather_all(mine);
+  std::vector<float> expect(block);
+  for (size_t i = 0; i < block; ++i) {
+    float acc = all[r * block + i];
+    for (size_t q = 1; q < W; ++q) acc += all[q * block * W + r * block + i];
+    expect[i] = acc;
+  }
+  float* buf = device_from(mine);
+  float* out = device<float>(block);
+  ASSERT_EQ(ncclReduceScatter(buf, out, block, ncclFloat, ncclSum, comm_, stream_), ncclSuccess);
+  EXPECT_TRUE(bitwise_equal(host(out, block), expect));
+  ASSERT_EQ(ncclReduceScatter(buf, buf + r * block, block, ncclFloat, ncclSum, comm_, stream_), ncclSuccess);
+  const auto in_place = host(buf, block * W);
+  EXPECT_TRUE(bitwise_equal(std::vector<float>(in_place.begin() + static_cast<long>(r * block),
+                                               in_place.begin() + static_cast<long>((r + 1) * block)),
+                            expect));
+
+  // All-gather: rank q's block lands at q·block on every rank.
+  const auto part = uniform(block, 400 + r);
+  const auto parts = gather_all(part);
+  float* src = device_from(part);
+  float* gathered = device<float>(block * W);
+  ASSERT_EQ(ncclAllGather(src, gathered, block, ncclFloat, comm_, stream_), ncclSuccess);
+  EXPECT_TRUE(bitwise_equal(host(gathered, block * W), parts));
+  float* whole = device_from(std::vector<float>(block * W, -1.f));
+  ASSERT_EQ(cudaMemcpy(whole + r * block, part.data(), block * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(ncclAllGather(whole + r * block, whole, block, ncclFloat, comm_, stream_), ncclSuccess);
+  EXPECT_TRUE(bitwise_equal(host(whole, block * W), parts));
+}
+
+TEST_F(SimNccl, BroadcastReduceAndGroupsFromANonZeroRoot) {
+  const int root = world() - 1;
+  const size_t n = 17;
+  const auto mine = uniform(n, 500 + static_cast<uint64_t>(rank()));
+  const auto all = gather_all(mine);
+  float* send = device_from(mine);
+  float* recv = device<float>(n);
+  ASSERT_EQ(ncclBroadcast(send, recv, n, ncclFloat, root, comm_, stream_), ncclSuccess);
+  EXPECT_TRUE(bitwise_equal(host(recv, n), std::vector<float>(all.begin() + root * static_cast<long>(n),
+                                                              all.begin() + (root + 1) * static_cast<long>(n))));
+  ASSERT_EQ(ncclReduce(send, recv, n, ncclFloat, ncclMax, root, comm_, stream_), ncclSuccess);
+  if (rank() == root) {
+    std::vector<float> expect(n);
+    MPI_Reduce(mine.data(), expect.data(), static_cast<int>(n), MPI_FLOAT, MPI_MAX, root, MPI_COMM_WORLD);
+    EXPECT_TRUE(bitwise_equal(host(recv, n), expect));
+  } else {
+    MPI_Reduce(mine.data(), nullptr, static_cast<int>(n), MPI_FLOAT, MPI_MAX, root, MPI_COMM_WORLD);
+    (void)host(recv, n);
+  }
+  // A group: both sums queued at ncclGroupEnd, in order.
+  float* a = device_from(std::vector<float>(n, 1.f));
+  float* b = device_from(std::vector<float>(n, 2.f));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(a, a, n, ncclFloat, ncclSum, comm_, stream_), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(b, b, n, ncclFloat, ncclSum, comm_, stream_), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(host(a, n), std::vector<float>(n, static_cast<float>(world())));
+  EXPECT_EQ(host(b, n), std::vector<float>(n, 2.f * static_cast<float>(world())));
+}
+
+// The allreduce_overlap pattern: gradients written on the kernels' stream, summed on the NCCL one.
+TEST_F(SimNccl, CollectiveOnASecondStreamNeedsTheEventWait) {
+  cudaStream_t comm_stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), cudaSuccess);
+  const int n = 64;
+  float* grads = device_from(std::vector<float>(n, 0.f));
+  SFTDP_LAUNCH(fill_kernel, 1, 64, 0, stream_, grads, 1.f, n);  // backward produces the gradients
+  ASSERT_EQ(ncclAllReduce(grads, grads, n, ncclFloat, ncclSum, comm_, comm_stream), ncclSuccess);  // no wait: a bug
+  ASSERT_EQ(cudaStreamSynchronize(comm_stream), cudaSuccess);
+  std::vector<float> got(n);
+  ASSERT_EQ(cudaMemcpy(got.data(), grads, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, std::vector<float>(n, 0.f)) << "the sum ran after the kernel although nothing ordered it";
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+
+  cudaEvent_t done = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
+  SFTDP_LAUNCH(fill_kernel, 1, 64, 0, stream_, grads, 1.f, n);
+  ASSERT_EQ(cudaEventRecord(done, stream_), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(comm_stream, done, 0), cudaSuccess);
+  ASSERT_EQ(ncclAllReduce(grads, grads, n, ncclFloat, ncclSum, comm_, comm_stream), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(comm_stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), grads, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, std::vector<float>(n, static_cast<float>(world())));
+  cudaEventDestroy(done);
+  cudaStreamDestroy(comm_stream);
+}
+
+TEST_F(SimNccl, HostBuffersAreRejected) {
+  std::vector<float> on_host(8);
+  EXPECT_EQ(ncclAllReduce(on_host.data(), on_host.data(), 8, ncclFloat, ncclSum, comm_, stream_), ncclInvalidArgument);
+  EXPECT_REPORT("nccl", "ncclAllReduce: sendbuff", "not device memory");
+}
+
+TEST_F(SimNccl, AbortEndsACollectiveAPeerNeverJoins) {
+  float* buf = device_from(std::vector<float>(4, 1.f));
+  if (rank() == 0) {
+    ASSERT_EQ(ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, comm_, stream_), ncclSuccess);
+    cudaEvent_t e = nullptr;
+    ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(e, stream_), cudaSuccess);
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(cudaEventQuery(e), cudaErrorNotReady);  // nobody else joins
+    ncclResult_t async = ncclInternalError;
+    ASSERT_EQ(ncclCommGetAsyncError(comm_, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclSuccess);
+    ASSERT_EQ(ncclCommAbort(comm_), ncclSuccess);
+    comm_ = nullptr;
+    EXPECT_EQ(cudaEventSynchronize(e), cudaSuccess);  // the collective stopped waiting
+    cudaEventDestroy(e);
+  } else {
+    ASSERT_EQ(ncclCommAbort(comm_), ncclSuccess);  // the others never call it
+    comm_ = nullptr;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(SimNcclInit, TwoRanksOnOneGpuAreRefusedOnEveryRank) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);  // every rank on the same device of this host
+  sim::clear_reports();
+  ncclUniqueId id{};
+  if (rank() == 0) {
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  }
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(ncclCommInitRank(&comm, world(), id, rank()), ncclInvalidUsage);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_REPORT("nccl", "Duplicate GPU detected");
+  EXPECT_EQ(ncclCommInitRank(&comm, world() + 1, id, rank()), ncclInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sftdp::test
