@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <boost/context/detail/fcontext.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -77,7 +78,9 @@ class StackPool {
     }
     return bottoms_[i];
   }
-  void* top(size_t i) { return static_cast<char*>(bottom(i)) + kStackBytes; }
+  // Stack tops staggered by up to 16 KiB in 64-byte steps: 256 tops 128 KiB apart would all fall in
+  // the same cache sets, and every fiber switch would miss.
+  void* top(size_t i) { return static_cast<char*>(bottom(i)) + kStackBytes - (i * 2654435761u) % 256 * 64; }
 
  private:
   std::vector<void*> bottoms_;
@@ -98,7 +101,36 @@ struct BlockRun {
   size_t scheduler_stack_size = 0;
   void* scheduler_fake_stack = nullptr;
   std::string error;  // the first failed check of the block
+  uint64_t resumes = 0;  // fiber switches into simulated threads (SFTDP_SIM_PROFILE)
 };
+
+// SFTDP_SIM_PROFILE=1: per kernel, launches, blocks, thread resumes and seconds (every schedule
+// included), printed to stderr at exit: where the simulator's time goes.
+struct ProfileEntry {
+  uint64_t launches = 0, blocks = 0, threads = 0, resumes = 0;
+  double seconds = 0;
+};
+std::map<std::string, ProfileEntry>* profile() {
+  static std::map<std::string, ProfileEntry>* table = [] {
+    const char* v = std::getenv("SFTDP_SIM_PROFILE");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return static_cast<std::map<std::string, ProfileEntry>*>(nullptr);
+    auto* t = new std::map<std::string, ProfileEntry>;
+    std::atexit([] {
+      std::lock_guard<std::mutex> lock(execution_lock());
+      std::vector<std::pair<std::string, ProfileEntry>> rows(profile()->begin(), profile()->end());
+      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+      std::fprintf(stderr, "sftdp-cudasim profile: %-40s %9s %10s %12s %13s %9s\n", "kernel", "launches", "blocks",
+                   "threads", "resumes", "seconds");
+      for (const auto& [name, e] : rows)
+        std::fprintf(stderr, "sftdp-cudasim profile: %-40s %9llu %10llu %12llu %13llu %9.3f\n", name.c_str(),
+                     static_cast<unsigned long long>(e.launches), static_cast<unsigned long long>(e.blocks),
+                     static_cast<unsigned long long>(e.threads), static_cast<unsigned long long>(e.resumes),
+                     e.seconds);
+    });
+    return t;
+  }();
+  return table;
+}
 
 __thread BlockRun* t_run = nullptr;
 
@@ -236,7 +268,7 @@ bool resolve_warp(BlockRun& run, size_t w) {
     all &= pred;
     any |= pred;
   }
-  std::vector<uint64_t> values(lanes);  // read all before any result overwrites a lane's slot
+  uint64_t values[kWarp];  // read all before any result overwrites a lane's slot
   for (size_t l = 0; l < lanes; ++l) values[l] = run.threads[base + l].value;
   for (size_t l = 0; l < lanes; ++l) {
     if (!((arrived >> l) & 1u)) continue;
@@ -273,14 +305,21 @@ std::string deadlock(const BlockRun& run) {
   return s + " " + std::to_string(exited) + " thread(s) have exited";
 }
 
-// Runs the current block of `run` to the end; false (run.error set) on a failed check.
+// Runs the current block of `run` to the end; false (run.error set) on a failed check. Warp by warp
+// (in the schedule's warp order): a warp's lanes run (in the schedule's lane order) until each waits
+// or has exited, its warp operation completes, and so on until the warp waits at the barrier; once
+// every warp does, the barrier opens. Only 32 fiber stacks are hot at a time.
 bool run_block(BlockRun& run, Schedule schedule, std::mt19937_64& rng) {
   const dim3 d = run.block_dim;
-  const size_t n = static_cast<size_t>(d.x) * d.y * d.z;
+  const size_t n = static_cast<size_t>(d.x) * d.y * d.z, warps = (n + kWarp - 1) / kWarp;
   run.threads.assign(n, SimThread{});
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  if (schedule == Schedule::kReverse) std::reverse(order.begin(), order.end());
+  std::vector<size_t> warp_order(warps), lane_order(kWarp);
+  std::iota(warp_order.begin(), warp_order.end(), size_t{0});
+  std::iota(lane_order.begin(), lane_order.end(), size_t{0});
+  if (schedule == Schedule::kReverse) {
+    std::reverse(warp_order.begin(), warp_order.end());
+    std::reverse(lane_order.begin(), lane_order.end());
+  }
   for (size_t i = 0; i < n; ++i) {
     SimThread& th = run.threads[i];
     th.idx = uint3{static_cast<unsigned>(i % d.x), static_cast<unsigned>(i / d.x % d.y),
@@ -288,21 +327,25 @@ bool run_block(BlockRun& run, Schedule schedule, std::mt19937_64& rng) {
     th.fiber = fc::make_fcontext(stacks().top(i), kStackBytes, thread_main);
   }
   for (;;) {
-    if (schedule == Schedule::kShuffled) std::shuffle(order.begin(), order.end(), rng);
-    for (size_t i : order)
-      if (run.threads[i].state == State::kRunnable) resume(run, i);
+    if (schedule == Schedule::kShuffled) std::shuffle(warp_order.begin(), warp_order.end(), rng);
+    for (size_t w : warp_order) {
+      const size_t base = w * kWarp, lanes = std::min<size_t>(kWarp, n - base);
+      do {
+        if (schedule == Schedule::kShuffled) std::shuffle(lane_order.begin(), lane_order.end(), rng);
+        for (size_t l : lane_order) {
+          if (l >= lanes || run.threads[base + l].state != State::kRunnable) continue;
+          resume(run, base + l);
+          ++run.resumes;
+        }
+      } while (resolve_warp(run, w));
+      if (!run.error.empty()) return false;
+    }
     size_t exited = 0, at_barrier = 0;
     for (const SimThread& th : run.threads) {
       exited += th.state == State::kExited;
       at_barrier += th.state == State::kAtBarrier;
     }
     if (exited == n) return true;
-    bool woke = false;
-    for (size_t w = 0; w * kWarp < n; ++w) {
-      woke |= resolve_warp(run, w);
-      if (!run.error.empty()) return false;
-    }
-    if (woke) continue;
     if (at_barrier > 0 && at_barrier + exited == n) {
       const SimThread* first = nullptr;
       for (const SimThread& th : run.threads) {
@@ -358,6 +401,12 @@ bool run_grid(const KernelLaunch& l, Schedule schedule, uint64_t seed, std::stri
   }
   if (!ok)  // abandoned fibers leave their frames' ASan poison behind on stacks that are reused
     for (size_t i = 0; i < run.threads.size(); ++i) asan::unpoison(stacks().bottom(i), kStackBytes);
+  if (auto* table = profile()) {
+    ProfileEntry& e = (*table)[l.kernel];
+    e.blocks += total;
+    e.threads += total * l.block.x * l.block.y * l.block.z;
+    e.resumes += run.resumes;
+  }
   t_run = nullptr;
   t_builtins = Builtins{};
   return ok;
@@ -426,6 +475,18 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
   };
   if (schedules > 1) save(start);
   static const char* const kNames[] = {"in-order", "reversed", "shuffled"};
+  const auto started = std::chrono::steady_clock::now();
+  struct Timer {  // adds this launch's time to the profile however run_kernel returns
+    const KernelLaunch& l;
+    std::chrono::steady_clock::time_point t0;
+    ~Timer() {
+      if (auto* table = profile()) {
+        ProfileEntry& e = (*table)[l.kernel];
+        ++e.launches;
+        e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    }
+  } timer{l, started};
   for (int s = 0; s < schedules; ++s) {
     if (s == 1) save(first);
     if (s >= 1)

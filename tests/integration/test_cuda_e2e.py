@@ -1,0 +1,166 @@
+"""sft_train hardware=gpu end to end against the CPU run, as scripts/gpu_check.sh checks a real GPU,
+here on the CUDA simulator (a build with SFTDP_CUDA_SIM=ON; any other build skips unless a real GPU
+is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequal token counts:
+- GPU vs CPU: per-step losses within 1e-5 relative, final parameters within 1e-4 (whole vector);
+  the Llama family (GQA, RoPE, SwiGLU, untied head) as well; two GPU runs are bitwise equal;
+- 2 ranks over NCCL (one simulated GPU each) vs 1 GPU rank (the §1 factorisation) and vs 2 CPU
+  ranks; zero_stage 1 and allreduce_overlap on 2 GPU ranks equal the plain 2-rank run;
+- dtype bfloat16 tracks fp32 (5e-2) without being it; remat on the GPU is bitwise remat off;
+- resume from a CPU checkpoint on the GPU, and from a GPU checkpoint on the CPU, continue the
+  trajectory (1e-5 relative against the uninterrupted run);
+- two ranks on a host with one GPU: hardware=auto runs both on the CPU, hardware=gpu exits 2."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from harness import BUILD, TINY_MODEL, make_data, max_rel, read_metrics, read_params, run_train, write_config
+
+
+def _simulator_build():
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            return "SFTDP_CUDA_SIM:BOOL=ON" in f.read()
+    except OSError:
+        return False
+
+
+def _real_gpu():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+SIM = _simulator_build()
+if not SIM and not _real_gpu():
+    pytest.skip("neither the CUDA simulator build nor a GPU", allow_module_level=True)
+
+STEPS, G = 6, 8
+MODELS = {"gpt2": TINY_MODEL,
+          "llama": dict(model_name="llama-tiny", decoder_block="qwen2", tie_word_embeddings=False,
+                        vocab_size=64)}
+# Simulated GPUs per host: one per rank of the 2-rank runs (the one-GPU refusal sets its own).
+GPUS = {"SFTDP_SIM_DEVICES": "2"}
+
+
+@pytest.fixture(scope="module")
+def cfg(workdir):
+    make_data(f"{workdir}/train.h5", STEPS * G + 5, seed=11, masked_rows={0, 1, 9})
+    make_data(f"{workdir}/eval.h5", 8, seed=12)
+    return {m: write_config(f"{workdir}/{m}.yml", **dict(
+        keys, run_name="e", train_files=f"{workdir}/train.h5", eval_files=f"{workdir}/eval.h5",
+        eval_interval=0, max_target_length=16, global_batch_size=G, steps=STEPS, learning_rate=3e-3,
+        enable_data_shuffling=False, checkpoint_period=3, keep_checkpoints=3, hardware="cpu", seed=5,
+        collective_timeout_s=120)) for m, keys in MODELS.items()}
+
+
+@pytest.fixture(scope="module")
+def runs(cfg, workdir):
+    """runs(name, model=..., world=..., **keys) -> (train metrics, {group: {tensor: array}} at the end)."""
+    done = {}
+
+    def get(name, model="gpt2", world=1, **keys):
+        if name not in done:
+            out = f"{workdir}/{name}"
+            run_train(cfg[model], dict(keys, base_output_directory=out), np_=world, env_extra=GPUS, timeout=900)
+            ck = f"{out}/e/checkpoints/step_{STEPS}.h5"
+            done[name] = (read_metrics(f"{out}/e")[0], {g: read_params(ck, g) for g in ("params", "opt/m", "opt/v")})
+        return done[name]
+    return get
+
+
+def losses(train):
+    return np.array([m["loss"] for m in train])
+
+
+def rel(a, b):
+    return float(np.max(np.abs(a - b) / np.abs(b)))
+
+
+def bitwise(a, b):
+    return losses(a[0]).tobytes() == losses(b[0]).tobytes() and all(
+        a[1][g].keys() == b[1][g].keys() and all(np.array_equal(a[1][g][k], b[1][g][k]) for k in a[1][g])
+        for g in a[1])
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_gpu_matches_cpu(runs, model, note):
+    gpu, cpu = runs(f"{model}_gpu", model, hardware="gpu"), runs(f"{model}_cpu", model, hardware="cpu")
+    assert len(gpu[0]) == STEPS
+    worst_loss, worst_params = rel(losses(gpu[0]), losses(cpu[0])), max_rel(gpu[1]["params"], cpu[1]["params"])
+    note(f"cuda e2e {model}: GPU vs CPU over {STEPS} steps: losses {worst_loss:.1e}, params {worst_params:.1e}")
+    assert worst_loss <= 1e-5
+    assert worst_params <= 1e-4
+
+
+def test_two_gpu_runs_are_bitwise_equal(runs):
+    assert bitwise(runs("gpt2_gpu", hardware="gpu"), runs("gpt2_gpu_again", hardware="gpu"))
+
+
+def test_two_ranks_over_nccl_are_one_big_batch(runs, note):
+    two = runs("gpt2_gpu_w2", world=2, hardware="gpu")
+    one, cpu_two = runs("gpt2_gpu", hardware="gpu"), runs("gpt2_cpu_w2", world=2, hardware="cpu")
+    note(f"cuda e2e: 2 GPU ranks vs 1: losses {rel(losses(two[0]), losses(one[0])):.1e}; "
+         f"vs 2 CPU ranks: {rel(losses(two[0]), losses(cpu_two[0])):.1e}")
+    assert rel(losses(two[0]), losses(one[0])) <= 1e-5
+    assert rel(losses(two[0]), losses(cpu_two[0])) <= 1e-5
+    assert max_rel(two[1]["params"], one[1]["params"]) <= 1e-4
+
+
+def test_zero1_and_overlap_over_nccl_equal_the_plain_run(runs, note):
+    plain = runs("gpt2_gpu_w2", world=2, hardware="gpu")
+    zero1 = runs("gpt2_gpu_w2_zero1", world=2, hardware="gpu", zero_stage=1)
+    overlap = runs("gpt2_gpu_w2_overlap", world=2, hardware="gpu", allreduce_overlap=True)
+    note(f"cuda e2e: zero_stage 1 vs 0 over NCCL: losses {rel(losses(zero1[0]), losses(plain[0])):.1e}, "
+         f"params {max_rel(zero1[1]['params'], plain[1]['params']):.1e}")
+    assert rel(losses(zero1[0]), losses(plain[0])) <= 1e-6
+    assert max_rel(zero1[1]["params"], plain[1]["params"]) <= 1e-6
+    # Each bucket's elements are summed as the whole buffer's are: the same bits (two ranks).
+    assert bitwise(overlap, plain)
+
+
+def test_bf16_tracks_fp32(runs):
+    bf16, fp32 = runs("gpt2_gpu_bf16", hardware="gpu", dtype="bfloat16"), runs("gpt2_gpu", hardware="gpu")
+    assert rel(losses(bf16[0]), losses(fp32[0])) <= 5e-2
+    assert not bitwise(bf16, fp32), "dtype bfloat16 gave the fp32 results"
+
+
+def test_remat_on_the_gpu_is_bitwise_remat_off(runs):
+    assert bitwise(runs("llama_gpu_remat", "llama", hardware="gpu", remat=True), runs("llama_gpu", "llama", hardware="gpu"))
+
+
+@pytest.mark.parametrize("first,then", [("cpu", "gpu"), ("gpu", "cpu")])
+def test_resume_across_hardware_continues_the_trajectory(cfg, runs, workdir, first, then):
+    straight = runs(f"gpt2_{first}", hardware=first)
+    # The run as a crash after step 3 leaves it (checkpoints at 3 and 6: drop 6 and what followed 3).
+    out = f"{workdir}/resume_{first}_to_{then}"
+    shutil.copytree(f"{workdir}/gpt2_{first}", out)
+    os.remove(f"{out}/e/checkpoints/step_{STEPS}.h5")
+    with open(f"{out}/e/metrics.jsonl") as f:
+        kept = [line for line in f if json.loads(line).get("step", 0) <= 3 and "eval_loss" not in line]
+    with open(f"{out}/e/metrics.jsonl", "w") as f:
+        f.writelines(kept)
+    p = run_train(cfg["gpt2"], {"base_output_directory": out, "hardware": then}, env_extra=GPUS, timeout=900)
+    assert "resuming from" in p.stdout and "step_3.h5" in p.stdout, p.stdout
+    resumed = read_metrics(f"{out}/e")[0]
+    assert [m["step"] for m in resumed] == list(range(1, STEPS + 1))
+    assert rel(losses(resumed), losses(straight[0])) <= 1e-5
+    params = read_params(f"{out}/e/checkpoints/step_{STEPS}.h5")
+    assert max_rel(params, straight[1]["params"]) <= 1e-4
+
+
+@pytest.mark.skipif(not SIM, reason="the one-GPU host is made with simulated devices")
+def test_two_ranks_on_one_gpu(cfg, workdir):
+    one_gpu = {"SFTDP_SIM_DEVICES": "1"}
+    auto = run_train(cfg["gpt2"], {"base_output_directory": f"{workdir}/two_auto", "hardware": "auto", "steps": 2},
+                     np_=2, env_extra=one_gpu)
+    assert re.search(r"hardware: auto: the CPU on every rank, since .* runs 2 local ranks", auto.stdout + auto.stderr)
+    gpu = run_train(cfg["gpt2"], {"base_output_directory": f"{workdir}/two_gpu", "hardware": "gpu", "steps": 2},
+                    np_=2, env_extra=one_gpu, check=False)
+    assert gpu.returncode == 2, gpu.stdout + gpu.stderr
+    assert re.search(r"error: hardware: gpu: .* runs 2 local ranks", gpu.stderr), gpu.stderr
