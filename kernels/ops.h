@@ -8,9 +8,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/encoder.h"
 #include "kernels/gather.h"
@@ -63,11 +65,17 @@ struct Ops {
   decltype(&cpu::scatter_rows) scatter_rows;
   decltype(&cpu::adamw_update) adamw_update;
   decltype(&cpu::sum_squares) sum_squares;
+  decltype(&cpu::bf16_pack) bf16_pack;      // bf16 activation storage (dtype: bfloat16)
+  decltype(&cpu::bf16_unpack) bf16_unpack;
 };
 
 // What the Linear layers' GEMMs (matmul_fwd / matmul_bwd) read on the GPU: the fp32 inputs, or
 // copies rounded to bf16. Accumulation, outputs, bias and every other kernel stay fp32 either way.
 enum class GemmInputs { kFp32, kBf16 };
+
+// True for the table whose Linear GEMMs read bf16-rounded inputs (the table's name is its identity):
+// there, storing what only those GEMMs read as bf16 changes no result (Model's bf16 activations).
+inline bool gemm_inputs_bf16(const Ops& ops) { return std::string_view(ops.name) == "cuda-bf16"; }
 
 const Ops& cpu_ops();
 // The CUDA table whose Linear GEMMs read `inputs`, or nullptr when built without CUDA or when no

@@ -17,7 +17,7 @@ TARGETS=(config data_file checkpoint safetensors)
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DSFTDP_FUZZ=ON -DSFTDP_ENABLE_CUDA=OFF -DSFTDP_BUILD_BENCH=OFF >/dev/null
+  -DSFTDP_FUZZ=ON -DSFTDP_CUDA_SIM=ON -DSFTDP_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j "${SFTDP_BUILD_JOBS:-$(nproc)}" --target "${TARGETS[@]/#/fuzz_}"
 
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"

@@ -16,7 +16,7 @@ BUILD="${SFTDP_ASAN_BUILD_DIR:-$ROOT/build-asan}"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DSFTDP_FUZZ=ON -DSFTDP_ENABLE_CUDA=OFF -DSFTDP_BUILD_BENCH=OFF >/dev/null
+  -DSFTDP_FUZZ=ON -DSFTDP_CUDA_SIM=ON -DSFTDP_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j "${SFTDP_BUILD_JOBS:-$(nproc)}"
 
 # Inherited by every test process, including ranks under mpiexec and the sft_train runs of the

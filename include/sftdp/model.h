@@ -12,6 +12,11 @@
 // residual stream): the block's other activations live in one set of buffers that every block
 // overwrites, and backward re-runs each block's forward (all but its last projection) right
 // before that block's backward. Same kernels, same inputs: results are bitwise those without.
+// With bf16 activations (dtype: bfloat16 on the GPU, without remat), the activations that only the
+// Linear layers' GEMMs read (the two norms' outputs, the attention output, the MLP's hidden layer
+// after GELU/SwiGLU) are kept per block as bf16; their fp32 buffers are one set all blocks share,
+// refilled from the bf16 copy before each block's backward. Those GEMMs read bf16-rounded inputs
+// anyway (GemmInputs::kBf16), so results are bitwise those of keeping them in fp32.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -112,10 +117,12 @@ class Model {
   int head_chunk_rows() const { return head_rows_; }
 
   bool remat() const { return remat_; }
+  bool bf16_activations() const { return bf16_acts_; }
   // Bytes of the family's activation buffers (per-block activations, the embedding and final
   // norm outputs, the activation-gradient scratch), on the device; not the parameters, gradients,
   // micro-batch or the head's chunk buffers. remat_saved_bytes(): what remat saves, i.e. the
-  // same model's activation_bytes() without remat minus with it, whether this one uses it or not.
+  // same model's activation_bytes() without remat minus with it, whether this one uses it or not
+  // (without remat: as this model keeps them, bf16 or fp32).
   size_t activation_bytes() const { return act_bytes_; }
   size_t remat_saved_bytes() const { return remat_saved_bytes_; }
   // Chunk logits of at most 128 MiB (fp32), at least 256 rows, at most max_B·T rows.
@@ -134,12 +141,15 @@ class Model {
     const int32_t* seg() const { return has_segments ? segments : nullptr; }
     const int32_t* pos() const { return has_positions ? positions : nullptr; }
   };
-  Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat);
+  Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
+        bool bf16_activations);
   // Device memory owned by the model, zero-filled, freed with it.
   float* alloc_floats(size_t n);
   int32_t* alloc_ints(size_t n);
   // alloc_floats for the family's activation buffers: counted in activation_bytes().
   float* alloc_acts(size_t n);
+  // n bf16 values (their 16 bits) of activation storage, counted in activation_bytes().
+  uint16_t* alloc_acts_bf16(size_t n);
   // The family's forward pass for B rows from params_ and io_, up to hidden_ (the final norm's
   // output, the LM head's input).
   virtual void run_forward(int B) = 0;
@@ -158,6 +168,7 @@ class Model {
   int max_B_, T_;
   ParamLayout layout_;
   bool remat_ = false;
+  bool bf16_acts_ = false;        // see the file header; never with remat
   size_t act_bytes_ = 0;          // alloc_acts adds
   size_t remat_saved_bytes_ = 0;  // the family sets it
   float* params_ = nullptr;
@@ -191,13 +202,16 @@ class Model {
 };
 
 // The model of d's family, with activations for max_B rows of T tokens; remat: recompute each
-// block's activations in backward instead of keeping them for every block (config key remat).
+// block's activations in backward instead of keeping them for every block (config key remat);
+// bf16_activations: keep the GEMM-only activations as bf16 (ops must be the bf16-GEMM table;
+// ignored with remat, which keeps none of them).
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T,
-                                  bool remat = false);
+                                  bool remat = false, bool bf16_activations = false);
 
 class Gpt2 final : public Model {
  public:
-  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false);
+  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
+       bool bf16_activations = false);
   ~Gpt2() override;
 
  private:
@@ -215,7 +229,8 @@ class Gpt2 final : public Model {
 
 class Llama final : public Model {
  public:
-  Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false);
+  Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
+        bool bf16_activations = false);
   ~Llama() override;
 
  private:

@@ -71,6 +71,8 @@ const Ops& cpu_ops() {
       .scatter_rows = cpu::scatter_rows,
       .adamw_update = cpu::adamw_update,
       .sum_squares = cpu::sum_squares,
+      .bf16_pack = cpu::bf16_pack,
+      .bf16_unpack = cpu::bf16_unpack,
   };
   return ops;
 }

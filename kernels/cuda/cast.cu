@@ -1,4 +1,6 @@
-// kernels/cuda/cast.cu — bf16 <-> fp32 casts (see cast.cuh), grid-stride loops.
+// kernels/cuda/cast.cu — bf16 <-> fp32 casts (see cast.cuh), grid-stride loops; also the bf16
+// activation storage twins of kernels/bf16.h (the same kernels on the 16-bit pattern).
+#include "kernels/bf16.h"
 #include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -37,6 +39,15 @@ void cast_bf16_to_fp32(float* out, const __nv_bfloat16* inp, size_t n, cudaStrea
   if (n == 0) return;
   SFTDP_LAUNCH(bf16_to_fp32_kernel, elementwise_blocks(n, kBlock), kBlock, 0, stream, out, inp, n);
   CHECK_LAUNCH();
+}
+
+void bf16_pack(uint16_t* out, const float* inp, size_t N, cudaStream_t stream) {
+  // __nv_bfloat16 is the 16-bit pattern, nothing more: the storage is the same.
+  cast_fp32_to_bf16(reinterpret_cast<__nv_bfloat16*>(out), N, inp, N, N, N == 0 ? 0 : 1, stream);
+}
+
+void bf16_unpack(float* out, const uint16_t* inp, size_t N, cudaStream_t stream) {
+  cast_bf16_to_fp32(out, reinterpret_cast<const __nv_bfloat16*>(inp), N, stream);
 }
 
 }  // namespace sftdp::cuda

@@ -111,6 +111,8 @@ constexpr Ops make_cuda_ops() {
       .scatter_rows = on_stream<&cpu::scatter_rows, &cuda::scatter_rows>(),
       .adamw_update = on_stream<&cpu::adamw_update, &cuda::adamw_update>(),
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
+      .bf16_pack = on_stream<&cpu::bf16_pack, &cuda::bf16_pack>(),
+      .bf16_unpack = on_stream<&cpu::bf16_unpack, &cuda::bf16_unpack>(),
   };
 }
 

@@ -206,7 +206,8 @@ uint64_t enqueue(Stream& s, std::string what, std::function<void()> fn, bool exe
         if (t > 0 && !other->finished(t)) waits.emplace_back(other, t);
       }
     }
-    for (auto [other, t] : waits) s.enqueue("implicit legacy-stream wait", [other, t] { other->wait(t); }, false);
+    for (const auto& w : waits)  // (init-captures: clang 14 cannot capture structured bindings)
+    s.enqueue("implicit legacy-stream wait", [other = w.first, t = w.second] { other->wait(t); }, false);
   }
   return s.enqueue(std::move(what), std::move(fn), exec);
 }

@@ -10,6 +10,10 @@
 // shared buffers and scratch_btc, which is free then: the previous block's backward consumed it
 // (its last layernorm_bwd reads it), and ln_f's backward consumed d ln_f before the first block.
 // dresidual, which carries d residual3 of block l into its backward, is never touched.
+// bf16 activations (sftdp/model.h): ln1, atty, ln2 and fch_gelu, which only Linear GEMMs read,
+// are one fp32 set all layers share; forward packs each into the layer's bf16 copy right after it
+// is made (its GEMM reads the fp32 value and rounds it as the copy does), and backward unpacks
+// the four before the layer's backward. Nothing else reads them in between.
 #include <algorithm>
 #include <cstring>
 
@@ -29,6 +33,8 @@ struct Gpt2::Acts {
     float *ln2, *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
     float *fch, *fch_gelu;             // (N,F) (N,F)
     float *residual3;                  // (N,C)
+    // bf16 activations only (else null): the layer's copies of ln1, atty, ln2, fch_gelu
+    uint16_t *ln1_16 = nullptr, *atty_16 = nullptr, *ln2_16 = nullptr, *fch_gelu_16 = nullptr;
   };
   std::vector<Layer> layers;
   float *encoded;                      // (N,C)
@@ -39,8 +45,8 @@ struct Gpt2::Acts {
   float *dqkv, *datt;                  // (N,3C) (B,NH,T,T)
 };
 
-Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat)
-    : Model(d, ops, max_B, T, gpt2_layout(d), remat) {
+Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations)
+    : Model(d, ops, max_B, T, gpt2_layout(d), remat, bf16_activations) {
   SFTDP_ASSERT(d.C % d.NH == 0, "emb_dim must be divisible by num_heads");
   static const char* const kLayerTensors[12] = {
       "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
@@ -58,20 +64,29 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool re
   a.layers.resize(d.L);
   // Everything but residual3: the part remat shares (L copies without it, one with it).
   const size_t shared = 7 * N * C + 4 * N + att + 2 * N * F;
+  const size_t gemm_only = 3 * N * C + N * F;  // ln1, atty, ln2, fch_gelu: bf16 copies with bf16 activations
   for (int i = 0; i < d.L; ++i) {
     auto& l = a.layers[i];
     if (remat && i > 0) {
       l = a.layers[0];
     } else {
-      l.ln1 = f(N * C), l.ln1_mean = f(N), l.ln1_rstd = f(N);
-      l.qkv = f(N * 3 * C), l.atty = f(N * C), l.att = f(att);
+      const Acts::Layer* first = bf16_acts_ && i > 0 ? &a.layers[0] : nullptr;  // the shared fp32 set
+      l.ln1 = first ? first->ln1 : f(N * C), l.ln1_mean = f(N), l.ln1_rstd = f(N);
+      l.qkv = f(N * 3 * C), l.atty = first ? first->atty : f(N * C), l.att = f(att);
       l.residual2 = f(N * C);
-      l.ln2 = f(N * C), l.ln2_mean = f(N), l.ln2_rstd = f(N);
-      l.fch = f(N * F), l.fch_gelu = f(N * F);
+      l.ln2 = first ? first->ln2 : f(N * C), l.ln2_mean = f(N), l.ln2_rstd = f(N);
+      l.fch = f(N * F), l.fch_gelu = first ? first->fch_gelu : f(N * F);
+      if (bf16_acts_) {
+        l.ln1_16 = alloc_acts_bf16(N * C), l.atty_16 = alloc_acts_bf16(N * C);
+        l.ln2_16 = alloc_acts_bf16(N * C), l.fch_gelu_16 = alloc_acts_bf16(N * F);
+      }
     }
     l.residual3 = f(N * C);
   }
-  remat_saved_bytes_ = size_t(std::max(d.L - 1, 0)) * shared * sizeof(float);
+  const size_t layers_after_first = size_t(std::max(d.L - 1, 0));
+  remat_saved_bytes_ = bf16_acts_ ? layers_after_first * (shared - gemm_only) * sizeof(float) +
+                                        size_t(d.L) * gemm_only * sizeof(uint16_t)
+                                  : layers_after_first * shared * sizeof(float);
   a.encoded = f(N * C);
   a.lnf = f(N * C), a.lnf_mean = f(N), a.lnf_rstd = f(N);
   a.scratch_btc = f(N * C), a.dresidual = f(N * C);
@@ -99,14 +114,19 @@ void Gpt2::block_forward(int l, int B, bool through_output) {
   auto& x = a.layers[l];
   const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
   const auto w = layer_params(layer_offsets_[l], params_);
+  const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+  if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, NC);
   o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
   o.attention_fwd(x.atty, x.att, x.qkv, io_.seg(), B, T, NH, NH, C / NH);
+  if (x.atty_16) o.bf16_pack(x.atty_16, x.atty, NC);
   o.matmul_fwd(a.scratch_btc, x.atty, w.projw, w.projb, N, C, C);
-  o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
+  o.residual_fwd(x.residual2, residual, a.scratch_btc, NC);
   o.layernorm_fwd(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
+  if (x.ln2_16) o.bf16_pack(x.ln2_16, x.ln2, NC);
   o.matmul_fwd(x.fch, x.ln2, w.fcw, w.fcb, N, C, F);
-  o.gelu_fwd(x.fch_gelu, x.fch, size_t(N) * F);
+  o.gelu_fwd(x.fch_gelu, x.fch, NF);
+  if (x.fch_gelu_16) o.bf16_pack(x.fch_gelu_16, x.fch_gelu, NF);
   if (!through_output) return;
   o.matmul_fwd(a.scratch_btc, x.fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
   o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
@@ -137,6 +157,10 @@ void Gpt2::run_backward(int B) {
   for (int l = d_.L - 1; l >= 0; --l) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
+    if (x.ln1_16) {  // bf16 activations: this layer's GEMM inputs back into the shared fp32 set
+      o.bf16_unpack(x.ln1, x.ln1_16, size_t(N) * C), o.bf16_unpack(x.atty, x.atty_16, size_t(N) * C);
+      o.bf16_unpack(x.ln2, x.ln2_16, size_t(N) * C), o.bf16_unpack(x.fch_gelu, x.fch_gelu_16, size_t(N) * F);
+    }
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     const auto w = layer_params(layer_offsets_[l], p);
     const auto dw = layer_params(layer_offsets_[l], g);

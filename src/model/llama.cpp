@@ -12,6 +12,7 @@
 // and backward re-runs block l's forward up to fch_act before block l's backward (l < L-1). That
 // writes the shared buffers and scratch_btc only; scratch_btc is free then (the previous block's
 // last rmsnorm_bwd, or rmsnorm_f's backward, consumed it) and dresidual is never touched.
+// bf16 activations: as GPT-2's (gpt2.cpp), for ln1, atty, ln2 and fch_act.
 #include <algorithm>
 #include <climits>
 
@@ -39,6 +40,8 @@ struct Llama::Acts {
     float *ln2, *ln2_rstd;         // (N,C) (N)
     float *fch, *fch_act;          // (N,2F) (N,F)
     float *residual3;              // (N,C)
+    // bf16 activations only (else null): the layer's copies of ln1, atty, ln2, fch_act
+    uint16_t *ln1_16 = nullptr, *atty_16 = nullptr, *ln2_16 = nullptr, *fch_act_16 = nullptr;
   };
   std::vector<Layer> layers;
   float *encoded;                  // (N,C)
@@ -51,8 +54,8 @@ struct Llama::Acts {
   float *inv_freq;                 // (HS/2)
 };
 
-Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat)
-    : Model(d, ops, max_B, T, llama_layout(d), remat) {
+Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations)
+    : Model(d, ops, max_B, T, llama_layout(d), remat, bf16_activations) {
   SFTDP_ASSERT(d.block == config::Block::kLlama, "Llama model built from GPT-2 dims");
   SFTDP_ASSERT(d.NH % d.kv_heads() == 0 && d.head_size() % 2 == 0, "bad head configuration");
   auto offset = [&](const std::string& name, bool present) {
@@ -83,23 +86,32 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool 
   a.layers.resize(d.L);
   // Everything but residual3: the part remat shares (L copies without it, one with it).
   const size_t shared = 3 * N * C + 2 * N + (d.qk_norm ? N * QKV + N * heads : 0) + N * QKV + N * A + att + 3 * N * F;
+  const size_t gemm_only = 2 * N * C + N * A + N * F;  // ln1, ln2, atty, fch_act
   for (int i = 0; i < d.L; ++i) {
     auto& l = a.layers[i];
     if (remat && i > 0) {
       l = a.layers[0];
     } else {
-      l.ln1 = f(N * C), l.ln1_rstd = f(N);
+      const Acts::Layer* first = bf16_acts_ && i > 0 ? &a.layers[0] : nullptr;  // the shared fp32 set
+      l.ln1 = first ? first->ln1 : f(N * C), l.ln1_rstd = f(N);
       l.qkv_raw = d.qk_norm ? f(N * QKV) : nullptr;
       l.qk_rstd = d.qk_norm ? f(N * heads) : nullptr;
       l.qkv = f(N * QKV);
-      l.atty = f(N * A), l.att = f(att);
+      l.atty = first ? first->atty : f(N * A), l.att = f(att);
       l.residual2 = f(N * C);
-      l.ln2 = f(N * C), l.ln2_rstd = f(N);
-      l.fch = f(N * 2 * F), l.fch_act = f(N * F);
+      l.ln2 = first ? first->ln2 : f(N * C), l.ln2_rstd = f(N);
+      l.fch = f(N * 2 * F), l.fch_act = first ? first->fch_act : f(N * F);
+      if (bf16_acts_) {
+        l.ln1_16 = alloc_acts_bf16(N * C), l.atty_16 = alloc_acts_bf16(N * A);
+        l.ln2_16 = alloc_acts_bf16(N * C), l.fch_act_16 = alloc_acts_bf16(N * F);
+      }
     }
     l.residual3 = f(N * C);
   }
-  remat_saved_bytes_ = size_t(std::max(d.L - 1, 0)) * shared * sizeof(float);
+  const size_t layers_after_first = size_t(std::max(d.L - 1, 0));
+  remat_saved_bytes_ = bf16_acts_ ? layers_after_first * (shared - gemm_only) * sizeof(float) +
+                                        size_t(d.L) * gemm_only * sizeof(uint16_t)
+                                  : layers_after_first * shared * sizeof(float);
   a.encoded = f(N * C);
   a.lnf = f(N * C), a.lnf_rstd = f(N);
   a.scratch_btc = f(N * C), a.scratch_bta = f(N * A), a.dresidual = f(N * C);
@@ -135,6 +147,7 @@ void Llama::block_forward(int l, int B, bool through_output) {
   const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
   const auto w = layer_ptrs(layer_offsets_[l], params_);
   o.rmsnorm_fwd(x.ln1, x.ln1_rstd, residual, w.ln1, N, C, eps);
+  if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, size_t(N) * C);
   if (d_.qk_norm) {
     o.matmul_fwd(x.qkv_raw, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
     o.qk_rmsnorm_fwd(x.qkv, x.qk_rstd, x.qkv_raw, w.qnorm, w.knorm, N, NH, KVH, HS, eps);
@@ -143,11 +156,14 @@ void Llama::block_forward(int l, int B, bool through_output) {
   }
   o.rope_fwd(x.qkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
   o.attention_fwd(x.atty, x.att, x.qkv, io_.seg(), B, T, NH, KVH, HS);
+  if (x.atty_16) o.bf16_pack(x.atty_16, x.atty, size_t(N) * A);
   o.matmul_fwd(a.scratch_btc, x.atty, w.proj, nullptr, N, A, C);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
   o.rmsnorm_fwd(x.ln2, x.ln2_rstd, x.residual2, w.ln2, N, C, eps);
+  if (x.ln2_16) o.bf16_pack(x.ln2_16, x.ln2, size_t(N) * C);
   o.matmul_fwd(x.fch, x.ln2, w.fc, nullptr, N, C, 2 * F);
   o.swiglu_fwd(x.fch_act, x.fch, N, F);
+  if (x.fch_act_16) o.bf16_pack(x.fch_act_16, x.fch_act, size_t(N) * F);
   if (!through_output) return;
   o.matmul_fwd(a.scratch_btc, x.fch_act, w.mlpproj, nullptr, N, F, C);
   o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
@@ -179,6 +195,10 @@ void Llama::run_backward(int B) {
   for (int l = d_.L - 1; l >= 0; --l) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
+    if (x.ln1_16) {  // bf16 activations: this layer's GEMM inputs back into the shared fp32 set
+      o.bf16_unpack(x.ln1, x.ln1_16, size_t(N) * C), o.bf16_unpack(x.atty, x.atty_16, size_t(N) * A);
+      o.bf16_unpack(x.ln2, x.ln2_16, size_t(N) * C), o.bf16_unpack(x.fch_act, x.fch_act_16, size_t(N) * F);
+    }
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     const auto w = layer_ptrs(layer_offsets_[l], p);
     const auto dw = layer_ptrs(layer_offsets_[l], g);

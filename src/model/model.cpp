@@ -28,14 +28,19 @@ ParamLayout param_layout(const config::ModelDims& d) {
   return d.block == config::Block::kLlama ? llama_layout(d) : gpt2_layout(d);
 }
 
-std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat) {
-  if (d.block == config::Block::kLlama) return std::make_unique<Llama>(d, ops, max_B, T, remat);
-  return std::make_unique<Gpt2>(d, ops, max_B, T, remat);
+std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat,
+                                  bool bf16_activations) {
+  if (d.block == config::Block::kLlama) return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations);
+  return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations);
 }
 
-Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat)
-    : d_(d), ops_(ops), max_B_(max_B), T_(T), layout_(std::move(layout)), remat_(remat) {
+Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
+             bool bf16_activations)
+    : d_(d), ops_(ops), max_B_(max_B), T_(T), layout_(std::move(layout)), remat_(remat),
+      bf16_acts_(bf16_activations && !remat) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
+  // Exact only where the GEMMs round their inputs to bf16 themselves.
+  SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
   params_ = alloc_floats(layout_.total);
   grads_ = alloc_floats(grad_buffer_floats());
   const size_t N = size_t(max_B) * T;
@@ -132,6 +137,13 @@ float* Model::alloc_floats(size_t n) {
 float* Model::alloc_acts(size_t n) {
   act_bytes_ += n * sizeof(float);
   return alloc_floats(n);
+}
+
+uint16_t* Model::alloc_acts_bf16(size_t n) {
+  act_bytes_ += n * sizeof(uint16_t);
+  void* p = ops_.alloc(std::max<size_t>(n, 1) * sizeof(uint16_t));
+  owned_.push_back(p);
+  return static_cast<uint16_t*>(p);
 }
 
 int32_t* Model::alloc_ints(size_t n) {

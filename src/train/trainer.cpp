@@ -76,7 +76,9 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   const RunPaths paths = paths_of(cfg);
   check_output_directory(cfg, paths, comm);
 
-  const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T, cfg.remat);
+  // dtype: bfloat16 keeps the GEMM-only activations as bf16 too (SPEC §3; exact: see sftdp/model.h).
+  const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T, cfg.remat,
+                                           dev.gpu && cfg.dtype == "bfloat16");
   model::Model& model = *model_ptr;
   optim::AdamW opt(model, comm, static_cast<int>(cfg.zero_stage));
   checkpoint::TrainState state =
@@ -93,9 +95,9 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
             model.layout().total);
   // The activation memory either way, so that the log shows what remat saves (or would).
   const size_t act = model.activation_bytes(), saved = model.remat_saved_bytes();
-  log::info("activations: %.3f MiB on this rank, remat %s (%.3f MiB with remat %s)", act / 1048576.0,
-            cfg.remat ? "true" : "false", (cfg.remat ? act + saved : act - saved) / 1048576.0,
-            cfg.remat ? "false" : "true");
+  log::info("activations: %.3f MiB on this rank, remat %s%s (%.3f MiB with remat %s)", act / 1048576.0,
+            cfg.remat ? "true" : "false", model.bf16_activations() ? ", GEMM inputs kept as bf16" : "",
+            (cfg.remat ? act + saved : act - saved) / 1048576.0, cfg.remat ? "false" : "true");
   if (state.step >= total_steps) {
     log::info("run already complete: %lld of %lld steps", (long long)state.step, (long long)total_steps);
     return 0;

@@ -207,9 +207,8 @@ TEST_F(SimCublasLtErrors, UnsupportedTypesAreNotSupported) {
   int returned = 0;
   const auto a = layout(CUDA_R_16F, 8, 8), c = layout(CUDA_R_32F, 8, 8);
   EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt_, op_, a, a, c, c, pref_, 1, &r, &returned), CUBLAS_STATUS_NOT_SUPPORTED);
-  const int32_t unknown_attribute = 0;
-  EXPECT_EQ(cublasLtMatmulDescSetAttribute(op_, static_cast<cublasLtMatmulDescAttributes_t>(999), &unknown_attribute,
-                                           sizeof unknown_attribute),
+  const void* aux = nullptr;  // an attribute the simulator does not implement: refused, not ignored
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
             CUBLAS_STATUS_NOT_SUPPORTED);
   const cublasOperation_t t = CUBLAS_OP_T;
   EXPECT_EQ(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &t, 2), CUBLAS_STATUS_INVALID_VALUE);

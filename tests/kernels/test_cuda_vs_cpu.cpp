@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -97,7 +99,9 @@ class CudaLayerNorm : public ::testing::TestWithParam<NC> {};
 
 TEST_P(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
-  const auto [N, C] = GetParam();
+  const auto [N_, C_] = GetParam();
+  // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
+  const auto N = N_; const auto C = C_;
   const size_t NC_ = static_cast<size_t>(N) * C;
   const auto inp = uniform(NC_, 21, -2.f, 3.f), w = uniform(C, 22, 0.5f, 1.5f), b = uniform(C, 23);
   const auto dout = uniform(NC_, 24), dinp0 = uniform(NC_, 25), dw0 = uniform(C, 26), db0 = uniform(C, 27);
@@ -144,7 +148,9 @@ class CudaEncoder : public ::testing::TestWithParam<EncoderShape> {};
 
 TEST_P(CudaEncoder, ForwardAndBackwardMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
-  const auto [B, T, C, V, maxT, positions] = GetParam();
+  const auto [B_, T_, C_, V_, maxT_, positions_] = GetParam();
+  // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
+  const auto B = B_; const auto T = T_; const auto C = C_; const auto V = V_; const auto maxT = maxT_; const auto positions = positions_;
   const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
   const auto inp = uniform_int(BT, 31, V);  // small V: many repeated ids per bucket
   const auto pos = uniform_int(BT, 32, maxT);
@@ -194,7 +200,9 @@ class CudaCrossEntropy : public ::testing::TestWithParam<CrossEntropyCase> {};
 
 TEST_P(CudaCrossEntropy, SumsAndDlogitsMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
-  const auto [N, V, grad] = GetParam();
+  const auto [N_, V_, grad_] = GetParam();
+  // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
+  const auto N = N_; const auto V = V_; const auto grad = grad_;
   const size_t NV = static_cast<size_t>(N) * V;
   const CrossEntropyInputs in = cross_entropy_inputs(N, V);
   const auto& logits = in.logits;
@@ -231,6 +239,27 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaCrossEntropy,
                                            CrossEntropyCase{600, 1031, Grad::kInPlace}),
                          NameFromParam());
 
+// ---- bf16 pack / unpack (bf16 activation storage): bitwise the CPU twin --------------------------
+TEST(CudaBf16, PackAndUnpackAreBitwiseTheCpuTwin) {
+  SFTDP_REQUIRE_CUDA(ops);
+  const size_t N = 100003;
+  auto x = uniform(N, 61, -1e4f, 1e4f);
+  x[0] = std::numeric_limits<float>::quiet_NaN(), x[1] = std::numeric_limits<float>::infinity();
+  x[2] = 1.00390625f, x[3] = -0.0f, x[4] = 3.4e38f, x[5] = 1e-40f;  // a tie, -0, overflow, subnormal
+  std::vector<uint16_t> want(N), got(N);
+  cpu_ops().bf16_pack(want.data(), x.data(), N);
+  std::vector<float> wide_want(N);
+  cpu_ops().bf16_unpack(wide_want.data(), want.data(), N);
+  DeviceBuffer<float> d_x(*ops, x), d_wide(*ops, N);
+  DeviceBuffer<uint16_t> d_packed(*ops, N);
+  ops->bf16_pack(d_packed.get(), d_x.get(), N);
+  got = d_packed.download();
+  EXPECT_EQ(got, want);
+  ops->bf16_unpack(d_wide.get(), d_packed.get(), N);
+  const auto wide = d_wide.download();
+  EXPECT_EQ(std::memcmp(wide.data(), wide_want.data(), N * sizeof(float)), 0);
+}
+
 // ---- AdamW and the sum of squares ----------------------------------------------------------------
 struct AdamCase {
   size_t N, n_decay;
@@ -244,7 +273,9 @@ class CudaAdamW : public ::testing::TestWithParam<AdamCase> {};
 
 TEST_P(CudaAdamW, UpdateAndSumSquaresMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
-  const auto [N, n_decay, t] = GetParam();
+  const auto [N_, n_decay_, t_] = GetParam();
+  // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
+  const auto N = N_; const auto n_decay = n_decay_; const auto t = t_;
   const auto p0 = uniform(N, 51), m0 = uniform(N, 52, -0.1f, 0.1f), v0 = uniform(N, 53, 0.f, 0.01f);
   const auto grads = uniform(N, 54, -3.f, 3.f);
   constexpr float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, grad_scale = 0.37f;

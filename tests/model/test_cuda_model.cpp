@@ -4,8 +4,9 @@
 // segments) give the same loss sum (1e-5), weight sum (exact) and gradient sums (1e-4 per tensor);
 // GA 1 equals GA 4 on the GPU; remat gives bitwise the gradients of keeping the activations;
 // three training steps run twice are bitwise equal; bf16 GEMM inputs
-// (the GemmInputs::kBf16 table) keep the loss within 1e-2 of fp32. Every test skips without a
-// CUDA device.
+// (the GemmInputs::kBf16 table) keep the loss within 1e-2 of fp32, and keeping the GEMM-only
+// activations as bf16 on that table gives bitwise its gradients with less memory. Every test skips
+// without a CUDA device (or the CUDA simulator).
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -55,8 +56,9 @@ std::vector<float> noisy_params(const config::ModelDims& d) {
 
 // Gradient sums (with the two trailing sums) of one forward_backward per micro-batch from zero.
 std::vector<float> accumulated_grads(const Ops& ops, const config::ModelDims& d, const std::vector<float>& params,
-                                     const std::vector<data::Batch>& micro_batches, bool remat = false) {
-  const auto m = model::make_model(d, ops, micro_batches.front().B, kT, remat);
+                                     const std::vector<data::Batch>& micro_batches, bool remat = false,
+                                     bool bf16_activations = false) {
+  const auto m = model::make_model(d, ops, micro_batches.front().B, kT, remat, bf16_activations);
   m->set_params_from_host(params);
   m->zero_grads();
   for (const auto& b : micro_batches) m->forward_backward(b);
@@ -204,6 +206,40 @@ TEST_P(CudaModel, Bf16GemmLossCloseToFp32) {
   // The fp32 table after the bf16 one (same scratch, same algorithm cache): the fp32 result again,
   // bit for bit.
   EXPECT_TRUE(bitwise_equal(accumulated_grads(*cuda, d, params, batch), fp32));
+}
+
+// bf16 activation storage (dtype: bfloat16): the GEMM-only activations kept per block as bf16, one
+// fp32 set shared by all blocks. On the bf16-GEMM table this is bitwise the gradients of keeping
+// them in fp32 (the GEMMs round those inputs anyway), over two accumulated micro-batches (the
+// second with fewer rows), with 3 layers so that blocks overwrite each other's fp32 set; and the
+// activation memory shrinks by half those tensors for every block plus all but one fp32 set.
+TEST_P(CudaModel, Bf16ActivationsAreBitwiseTheBf16GemmPath) {
+  SFTDP_REQUIRE_CUDA_GEMM(cuda_bf16, GemmInputs::kBf16);
+  auto d = GetParam().dims;
+  d.L = 3;
+  const auto params = noisy_params(d);
+  for (bool segments : {false, true}) {
+    SCOPED_TRACE(segments ? "packed segments" : "one sequence per row");
+    const auto rows = random_rows(7, kT, d.V, 919, segments);
+    const std::vector<data::Batch> micro = {slice_rows(rows, 0, 4), slice_rows(rows, 4, 7)};
+    const auto fp32_storage = accumulated_grads(*cuda_bf16, d, params, micro);
+    const auto bf16_storage = accumulated_grads(*cuda_bf16, d, params, micro, /*remat=*/false, /*bf16=*/true);
+    EXPECT_GT(fp32_storage[model::param_layout(d).total + 1], 0.0f);
+    EXPECT_TRUE(bitwise_equal(bf16_storage, fp32_storage));
+  }
+  const auto fp32 = model::make_model(d, *cuda_bf16, 4, kT), bf16 = model::make_model(d, *cuda_bf16, 4, kT, false, true);
+  EXPECT_FALSE(fp32->bf16_activations());
+  ASSERT_TRUE(bf16->bf16_activations());
+  const size_t N = 4 * kT;
+  const size_t gemm_only = d.block == config::Block::kLlama ? 2 * N * d.C + N * d.attn_dim() + N * d.F
+                                                             : 3 * N * d.C + N * d.F;  // floats per block
+  // fp32: L sets of 4-byte floats; bf16: one shared fp32 set and L sets of 2-byte copies.
+  EXPECT_EQ(fp32->activation_bytes() - bf16->activation_bytes(),
+            (d.L - 1) * gemm_only * sizeof(float) - d.L * gemm_only * sizeof(uint16_t));
+  const auto remat = model::make_model(d, *cuda_bf16, 4, kT, /*remat=*/true);
+  EXPECT_EQ(bf16->activation_bytes() - remat->activation_bytes(), bf16->remat_saved_bytes());
+  // With remat nothing of the kind is kept: the flag is off and the results are remat's.
+  EXPECT_FALSE(model::make_model(d, *cuda_bf16, 4, kT, /*remat=*/true, /*bf16=*/true)->bf16_activations());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaModel, ::testing::ValuesIn(families()),
