@@ -5,7 +5,9 @@ is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequ
   the Llama family (GQA, RoPE, SwiGLU, untied head) as well; two GPU runs are bitwise equal;
 - 2 ranks over NCCL (one simulated GPU each) vs 1 GPU rank (the §1 factorisation) and vs 2 CPU
   ranks; zero_stage 1 and allreduce_overlap on 2 GPU ranks equal the plain 2-rank run;
-- dtype bfloat16 tracks fp32 (5e-2) without being it; remat on the GPU is bitwise remat off;
+- dtype bfloat16 tracks fp32 (5e-2) without being it, and its bf16 activation storage is bitwise
+  weight_dtype bfloat16's fp32 storage (both round the GEMM inputs); remat on the GPU is bitwise
+  remat off;
 - resume from a CPU checkpoint on the GPU, and from a GPU checkpoint on the CPU, continue the
   trajectory (1e-5 relative against the uninterrupted run);
 - two ranks on a host with one GPU: hardware=auto runs both on the CPU, hardware=gpu exits 2."""
@@ -125,9 +127,21 @@ def test_zero1_and_overlap_over_nccl_equal_the_plain_run(runs, note):
 
 
 def test_bf16_tracks_fp32(runs):
-    bf16, fp32 = runs("gpt2_gpu_bf16", hardware="gpu", dtype="bfloat16"), runs("gpt2_gpu", hardware="gpu")
+    bf16, fp32 = runs("gpt2_gpu_bf16", "gpt2", hardware="gpu", dtype="bfloat16"), runs("gpt2_gpu", hardware="gpu")
     assert rel(losses(bf16[0]), losses(fp32[0])) <= 5e-2
     assert not bitwise(bf16, fp32), "dtype bfloat16 gave the fp32 results"
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_bf16_activation_storage_is_bitwise_the_bf16_gemm_path(cfg, runs, workdir, model):
+    # dtype bfloat16 keeps the GEMM-only activations as bf16; weight_dtype bfloat16 alone gives the
+    # same bf16-rounded GEMM inputs with fp32 storage.
+    stored = runs(f"{model}_gpu_bf16", model, hardware="gpu", dtype="bfloat16")
+    rounded = runs(f"{model}_gpu_bf16_weights", model, hardware="gpu", weight_dtype="bfloat16")
+    assert bitwise(stored, rounded)
+    p = run_train(cfg[model], {"base_output_directory": f"{workdir}/{model}_bf16_log", "hardware": "gpu",
+                               "dtype": "bfloat16", "steps": 1}, env_extra=GPUS)
+    assert "GEMM inputs kept as bf16" in p.stdout, p.stdout
 
 
 def test_remat_on_the_gpu_is_bitwise_remat_off(runs):
