@@ -65,7 +65,7 @@ struct Ops {
   decltype(&cpu::scatter_rows) scatter_rows;
   decltype(&cpu::adamw_update) adamw_update;
   decltype(&cpu::sum_squares) sum_squares;
-  decltype(&cpu::bf16_pack) bf16_pack;      // bf16 activation storage (dtype: bfloat16)
+  decltype(&cpu::bf16_pack) bf16_pack;  // bf16 activation storage (dtype: bfloat16)
   decltype(&cpu::bf16_unpack) bf16_unpack;
 };
 

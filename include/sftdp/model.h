@@ -205,13 +205,12 @@ class Model {
 // block's activations in backward instead of keeping them for every block (config key remat);
 // bf16_activations: keep the GEMM-only activations as bf16 (ops must be the bf16-GEMM table;
 // ignored with remat, which keeps none of them).
-std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T,
-                                  bool remat = false, bool bf16_activations = false);
+std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
+                                  bool bf16_activations = false);
 
 class Gpt2 final : public Model {
  public:
-  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-       bool bf16_activations = false);
+  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false);
   ~Gpt2() override;
 
  private:

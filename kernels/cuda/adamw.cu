@@ -42,9 +42,8 @@ void adamw_update(float* params, float* m, float* v, const float* grads, size_t 
   // 1 / (1 − βᵗ) in fp64, then rounded once (as the CPU twin does).
   const auto inv_bias_correction1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b1), t)));
   const auto inv_bias_correction2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b2), t)));
-  SFTDP_LAUNCH(adamw_kernel, elementwise_blocks(N, kBlock), kBlock, 0, stream, params, m, v, grads, N, n_decay, lr, b1, b2,
-                                                                      eps, weight_decay, inv_bias_correction1,
-                                                                      inv_bias_correction2, grad_scale);
+  SFTDP_LAUNCH(adamw_kernel, elementwise_blocks(N, kBlock), kBlock, 0, stream, params, m, v, grads, N, n_decay, lr, b1,
+               b2, eps, weight_decay, inv_bias_correction1, inv_bias_correction2, grad_scale);
   CHECK_LAUNCH();
 }
 

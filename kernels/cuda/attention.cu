@@ -97,16 +97,16 @@ __global__ void softmax_bwd_kernel(float* datt, const float* att, int rows, int 
 void split_heads(float* dst, const float* src, int row_stride, int B, int T, int NH, int HS, int group,
                  cudaStream_t stream) {
   const size_t total = static_cast<size_t>(B) * NH * T * HS;
-  SFTDP_LAUNCH(split_heads_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, dst, src, row_stride, B, T, NH, HS,
-                                                                               group);
+  SFTDP_LAUNCH(split_heads_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, dst, src, row_stride, B, T, NH,
+               HS, group);
   CHECK_LAUNCH();
 }
 
 void merge_heads(float* dst, const float* src, int row_stride, int B, int T, int NH, int HS, int group,
                  cudaStream_t stream) {
   const size_t total = static_cast<size_t>(B) * T * (NH / group) * HS;
-  SFTDP_LAUNCH(merge_heads_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, dst, src, row_stride, B, T, NH, HS,
-                                                                               group);
+  SFTDP_LAUNCH(merge_heads_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, dst, src, row_stride, B, T, NH,
+               HS, group);
   CHECK_LAUNCH();
 }
 
@@ -142,8 +142,8 @@ void attention_fwd(float* out, float* att, const float* qkv, const int32_t* seg,
   // att[b,h] = scale · q[b,h] · k[b,h]ᵀ   (T,T)
   gemm(false, true, T, T, HS, scale, q, HS, k, HS, 0.f, att, T, nullptr, false, heads(B, NH, THS, THS, TT), stream);
   const int rows = B * NH * T;
-  SFTDP_LAUNCH(masked_softmax_kernel, static_cast<unsigned>(ceil_div(rows, kRowBlock / kWarp)), kRowBlock, 0, stream, 
-      att, seg, rows, T, NH);
+  SFTDP_LAUNCH(masked_softmax_kernel, static_cast<unsigned>(ceil_div(rows, kRowBlock / kWarp)), kRowBlock, 0, stream,
+               att, seg, rows, T, NH);
   CHECK_LAUNCH();
   // y[b,h] = att[b,h] · v[b,h]   (T,HS), then back to (B,T,NH·HS)
   float* y = scratch_as<float>(Scratch::kAttnY, BTC);
@@ -174,8 +174,8 @@ void attention_bwd(float* dqkv, float* datt, const float* dout, const float* qkv
   gemm(false, true, T, T, HS, 1.f, dO, HS, v, HS, 0.f, datt, T, nullptr, false, heads(B, NH, THS, THS, TT), stream);
   gemm(true, false, T, HS, T, 1.f, att, T, dO, HS, 0.f, dv, HS, nullptr, false, heads(B, NH, TT, THS, THS), stream);
   const int rows = B * NH * T;
-  SFTDP_LAUNCH(softmax_bwd_kernel, static_cast<unsigned>(ceil_div(rows, kRowBlock / kWarp)), kRowBlock, 0, stream, 
-      datt, att, rows, T);
+  SFTDP_LAUNCH(softmax_bwd_kernel, static_cast<unsigned>(ceil_div(rows, kRowBlock / kWarp)), kRowBlock, 0, stream, datt,
+               att, rows, T);
   CHECK_LAUNCH();
   // scores were scale·q·kᵀ:  dq = scale · dS · k;  dk = scale · dSᵀ · q
   gemm(false, false, T, HS, T, scale, datt, T, k, HS, 0.f, dq, HS, nullptr, false, heads(B, NH, TT, THS, THS),

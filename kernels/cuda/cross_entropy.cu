@@ -103,8 +103,8 @@ void cross_entropy_fwd_bwd(float* sums, float* dlogits, const float* logits, con
   if (N == 0) return;
   double* row_loss = scratch_as<double>(Scratch::kCrossEntropyRows, 2 * static_cast<size_t>(N));
   double* row_weight = row_loss + N;
-  SFTDP_LAUNCH(cross_entropy_rows_kernel, static_cast<unsigned>(N), kBlock, 0, stream, row_loss, row_weight, dlogits, logits,
-                                                                             targets, weights, V);
+  SFTDP_LAUNCH(cross_entropy_rows_kernel, static_cast<unsigned>(N), kBlock, 0, stream, row_loss, row_weight, dlogits,
+               logits, targets, weights, V);
   CHECK_LAUNCH();
   sum_into(sums + 0, row_loss, static_cast<size_t>(N), /*accumulate=*/true, stream);
   sum_into(sums + 1, row_weight, static_cast<size_t>(N), /*accumulate=*/true, stream);

@@ -73,7 +73,7 @@ void scatter_add(float* table, const float* dout, const int32_t* buckets_dev, si
   if (U == 0) return;
   const dim3 grid(static_cast<unsigned>(U), static_cast<unsigned>(ceil_div(C, kBlock)));
   SFTDP_LAUNCH(scatter_add_buckets_kernel, grid, kBlock, 0, stream, table, dout, buckets_dev + order_at,
-                                                          buckets_dev + starts_at, buckets_dev + rows_at, C);
+               buckets_dev + starts_at, buckets_dev + rows_at, C);
   CHECK_LAUNCH();
 }
 
@@ -91,7 +91,7 @@ void encoder_fwd(float* out, const int32_t* inp, const int32_t* pos, const float
   const size_t total = static_cast<size_t>(B) * T * C;
   if (total == 0) return;
   SFTDP_LAUNCH(encoder_fwd_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, out, inp, pos, wte, wpe, T, C,
-                                                                               total);
+               total);
   CHECK_LAUNCH();
 }
 

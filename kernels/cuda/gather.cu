@@ -27,7 +27,8 @@ template <bool kScatter>
 void copy_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream) {
   const size_t total = static_cast<size_t>(n) * C;
   if (total == 0) return;
-  SFTDP_LAUNCH(copy_rows_kernel<kScatter>, elementwise_blocks(total, kBlock), kBlock, 0, stream, out, inp, idx, C, total);
+  SFTDP_LAUNCH(copy_rows_kernel<kScatter>, elementwise_blocks(total, kBlock), kBlock, 0, stream, out, inp, idx, C,
+               total);
   CHECK_LAUNCH();
 }
 

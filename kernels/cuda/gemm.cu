@@ -275,8 +275,8 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
     // algorithm) come here; tests/kernels/test_cuda_gemm_vs_cpu.cpp reaches it with a bias one
     // float past a cudaMalloc'd (256-byte-aligned) address and checks it against the CPU twin.
     constexpr int kBlock = 256;
-    SFTDP_LAUNCH(add_bias_kernel, elementwise_blocks(static_cast<size_t>(M) * N, kBlock), kBlock, 0, stream, C, bias, M, N,
-                                                                                                   ldc);
+    SFTDP_LAUNCH(add_bias_kernel, elementwise_blocks(static_cast<size_t>(M) * N, kBlock), kBlock, 0, stream, C, bias, M,
+                 N, ldc);
     CHECK_LAUNCH();
   }
 }

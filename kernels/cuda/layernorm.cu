@@ -124,8 +124,8 @@ void layernorm_bwd(float* dinp, float* dweight, float* dbias, const float* dout,
   SFTDP_ASSERT(R <= 65535, "layernorm_bwd: N / 128 row chunks exceed gridDim.y (65535)");
   float* partials = scratch_as<float>(Scratch::kColumnPartials, 2 * static_cast<size_t>(R) * C);
   const dim3 grid(static_cast<unsigned>(ceil_div(C, kColTile)), static_cast<unsigned>(R));
-  SFTDP_LAUNCH(layernorm_bwd_partials_kernel, grid, dim3(kColTile, kColRows), 0, stream, partials, dout, inp, mean, rstd, N,
-                                                                               C, R);
+  SFTDP_LAUNCH(layernorm_bwd_partials_kernel, grid, dim3(kColTile, kColRows), 0, stream, partials, dout, inp, mean,
+               rstd, N, C, R);
   CHECK_LAUNCH();
   add_column_partials(dweight, partials, R, C, stream);
   add_column_partials(dbias, partials + static_cast<size_t>(R) * C, R, C, stream);

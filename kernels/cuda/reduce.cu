@@ -106,7 +106,7 @@ void add_column_partials(float* dst, const float* partials, int R, int C, cudaSt
   if (R <= 0 || C <= 0) return;
   constexpr int kBlock = 256;
   SFTDP_LAUNCH(add_column_partials_kernel, static_cast<unsigned>(ceil_div(C, kBlock)), kBlock, 0, stream, dst, partials,
-                                                                                                 R, C);
+               R, C);
   CHECK_LAUNCH();
 }
 

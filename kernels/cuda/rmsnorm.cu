@@ -134,7 +134,7 @@ void weight_partials(float* partials, const float* dout, const float* inp, const
   SFTDP_ASSERT(ceil_div(n, kColTile) <= 65535, "rmsnorm_bwd: too many columns for gridDim.y");
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(ceil_div(n, kColTile)));
   SFTDP_LAUNCH(weight_partials_kernel, grid, dim3(kColTile, kColRows), 0, stream, partials, dout, inp, rstd, M, H, h0,
-                                                                        row_stride, rstd_stride, n);
+               row_stride, rstd_stride, n);
   CHECK_LAUNCH();
 }
 
@@ -179,8 +179,8 @@ void qk_rmsnorm_fwd(float* out, float* rstd, const float* qkv, const float* q_we
   check_heads("qk_rmsnorm_fwd", N, NH, KVH, HS);
   if (N == 0) return;
   const size_t vectors = static_cast<size_t>(N) * (NH + 2 * KVH);
-  SFTDP_LAUNCH(qk_rmsnorm_fwd_kernel, warp_blocks(vectors), kRowBlock, 0, stream, out, rstd, qkv, q_weight, k_weight, N, NH,
-                                                                         KVH, HS, eps);
+  SFTDP_LAUNCH(qk_rmsnorm_fwd_kernel, warp_blocks(vectors), kRowBlock, 0, stream, out, rstd, qkv, q_weight, k_weight, N,
+               NH, KVH, HS, eps);
   CHECK_LAUNCH();
 }
 
@@ -190,8 +190,8 @@ void qk_rmsnorm_bwd(float* dqkv, float* dq_weight, float* dk_weight, const float
   check_heads("qk_rmsnorm_bwd", N, NH, KVH, HS);
   if (N == 0) return;
   const size_t vectors = static_cast<size_t>(N) * (NH + 2 * KVH);
-  SFTDP_LAUNCH(qk_rmsnorm_bwd_dinp_kernel, warp_blocks(vectors), kRowBlock, 0, stream, dqkv, dout, qkv, q_weight, k_weight,
-                                                                              rstd, N, NH, KVH, HS);
+  SFTDP_LAUNCH(qk_rmsnorm_bwd_dinp_kernel, warp_blocks(vectors), kRowBlock, 0, stream, dqkv, dout, qkv, q_weight,
+               k_weight, rstd, N, NH, KVH, HS);
   CHECK_LAUNCH();
   // dq_weight over the N·NH q vectors, dk_weight over the N·KVH k vectors: one scratch, two halves.
   const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS;

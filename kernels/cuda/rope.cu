@@ -52,8 +52,8 @@ void rope(const char* op, float* qkv, const int32_t* positions, const float* inv
                    " KVH=" + std::to_string(KVH) + " HS=" + std::to_string(HS) + ")");
   const size_t pairs = static_cast<size_t>(B) * T * (NH + KVH) * (HS / 2);
   if (pairs == 0) return;
-  SFTDP_LAUNCH(rope_kernel<kTranspose>, elementwise_blocks(pairs, kBlock), kBlock, 0, stream, qkv, positions, inv_freq, T,
-                                                                                     NH, KVH, HS, pairs);
+  SFTDP_LAUNCH(rope_kernel<kTranspose>, elementwise_blocks(pairs, kBlock), kBlock, 0, stream, qkv, positions, inv_freq,
+               T, NH, KVH, HS, pairs);
   CHECK_LAUNCH();
 }
 

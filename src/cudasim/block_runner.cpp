@@ -10,8 +10,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
 #include <boost/context/detail/fcontext.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -67,8 +67,8 @@ class StackPool {
   void* bottom(size_t i) {
     while (bottoms_.size() <= i) {
       const size_t page = 4096;
-      void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
+      void* p =
+          mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (p == MAP_FAILED) {
         report("internal", "cannot map a fiber stack");
         std::abort();
@@ -100,7 +100,7 @@ struct BlockRun {
   const void* scheduler_stack = nullptr;
   size_t scheduler_stack_size = 0;
   void* scheduler_fake_stack = nullptr;
-  std::string error;  // the first failed check of the block
+  std::string error;     // the first failed check of the block
   uint64_t resumes = 0;  // fiber switches into simulated threads (SFTDP_SIM_PROFILE)
 };
 
@@ -118,14 +118,14 @@ std::map<std::string, ProfileEntry>* profile() {
     std::atexit([] {
       std::lock_guard<std::mutex> lock(execution_lock());
       std::vector<std::pair<std::string, ProfileEntry>> rows(profile()->begin(), profile()->end());
-      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+      std::sort(rows.begin(), rows.end(),
+                [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
       std::fprintf(stderr, "sftdp-cudasim profile: %-40s %9s %10s %12s %13s %9s\n", "kernel", "launches", "blocks",
                    "threads", "resumes", "seconds");
       for (const auto& [name, e] : rows)
         std::fprintf(stderr, "sftdp-cudasim profile: %-40s %9llu %10llu %12llu %13llu %9.3f\n", name.c_str(),
                      static_cast<unsigned long long>(e.launches), static_cast<unsigned long long>(e.blocks),
-                     static_cast<unsigned long long>(e.threads), static_cast<unsigned long long>(e.resumes),
-                     e.seconds);
+                     static_cast<unsigned long long>(e.threads), static_cast<unsigned long long>(e.resumes), e.seconds);
     });
     return t;
   }();
@@ -242,20 +242,33 @@ bool resolve_warp(BlockRun& run, size_t w) {
     const int li = static_cast<int>(l), start = li / width * width, end = start + width;
     int src = li;
     switch (th.op) {
-      case WarpOp::kShflIdx: src = start + ((th.arg % width) + width) % width; break;
-      case WarpOp::kShflXor: src = li ^ th.arg; src = (src >= end || src < 0) ? li : src; break;
-      case WarpOp::kShflDown: src = li + th.arg; src = src >= end ? li : src; break;
-      case WarpOp::kShflUp: src = li - th.arg; src = src < start ? li : src; break;
-      default: break;
+      case WarpOp::kShflIdx:
+        src = start + ((th.arg % width) + width) % width;
+        break;
+      case WarpOp::kShflXor:
+        src = li ^ th.arg;
+        src = (src >= end || src < 0) ? li : src;
+        break;
+      case WarpOp::kShflDown:
+        src = li + th.arg;
+        src = src >= end ? li : src;
+        break;
+      case WarpOp::kShflUp:
+        src = li - th.arg;
+        src = src < start ? li : src;
+        break;
+      default:
+        break;
     }
     run.threads[base + l].result = static_cast<uint64_t>(src);
     if (!((arrived >> src) & 1u)) {
-      run.error = "thread " + xyz(th.idx) + " (lane " + std::to_string(l) + ") at " + sync_point(th) + " reads lane " +
-                  std::to_string(src) + ", which does not take part (" +
-                  (static_cast<size_t>(src) < lanes && run.threads[base + static_cast<size_t>(src)].state == State::kExited
-                       ? "it has exited"
-                       : "not in the mask or not in the block") +
-                  "): the value is undefined on a GPU";
+      run.error =
+          "thread " + xyz(th.idx) + " (lane " + std::to_string(l) + ") at " + sync_point(th) + " reads lane " +
+          std::to_string(src) + ", which does not take part (" +
+          (static_cast<size_t>(src) < lanes && run.threads[base + static_cast<size_t>(src)].state == State::kExited
+               ? "it has exited"
+               : "not in the mask or not in the block") +
+          "): the value is undefined on a GPU";
       return false;
     }
   }
@@ -274,11 +287,21 @@ bool resolve_warp(BlockRun& run, size_t w) {
     if (!((arrived >> l) & 1u)) continue;
     SimThread& th = run.threads[base + l];
     switch (th.op) {
-      case WarpOp::kBallot: th.result = ballot; break;
-      case WarpOp::kAll: th.result = all; break;
-      case WarpOp::kAny: th.result = any; break;
-      case WarpOp::kSyncWarp: th.result = 0; break;
-      default: th.result = values[th.result]; break;  // th.result holds the source lane (above)
+      case WarpOp::kBallot:
+        th.result = ballot;
+        break;
+      case WarpOp::kAll:
+        th.result = all;
+        break;
+      case WarpOp::kAny:
+        th.result = any;
+        break;
+      case WarpOp::kSyncWarp:
+        th.result = 0;
+        break;
+      default:
+        th.result = values[th.result];
+        break;  // th.result holds the source lane (above)
     }
     th.state = State::kRunnable;
   }
@@ -360,8 +383,9 @@ bool run_block(BlockRun& run, Schedule schedule, std::mt19937_64& rng) {
       if (exited > 0) {
         const auto gone = std::find_if(run.threads.begin(), run.threads.end(),
                                        [](const SimThread& th) { return th.state == State::kExited; });
-        run.error = "__syncthreads (" + site(first->file, first->line) + ") is not reached by every thread of the block: " +
-                    std::to_string(exited) + " thread(s) exited before it, first " + xyz(gone->idx);
+        run.error = "__syncthreads (" + site(first->file, first->line) +
+                    ") is not reached by every thread of the block: " + std::to_string(exited) +
+                    " thread(s) exited before it, first " + xyz(gone->idx);
         return false;
       }
       for (SimThread& th : run.threads) th.state = State::kRunnable;
@@ -390,11 +414,11 @@ bool run_grid(const KernelLaunch& l, Schedule schedule, uint64_t seed, std::stri
   const size_t shared_bytes = static_cast<size_t>(__stop_sftdp_sim_shared - __start_sftdp_sim_shared);
   bool ok = true;
   for (uint64_t k = 0; k < total && ok; ++k) {
-    const uint64_t b = schedule == Schedule::kForward ? k
+    const uint64_t b = schedule == Schedule::kForward   ? k
                        : schedule == Schedule::kReverse ? total - 1 - k
                                                         : (k * stride) % total;
-    run.block_idx = uint3{static_cast<unsigned>(b % gx), static_cast<unsigned>(b / gx % gy),
-                          static_cast<unsigned>(b / (gx * gy))};
+    run.block_idx =
+        uint3{static_cast<unsigned>(b % gx), static_cast<unsigned>(b / gx % gy), static_cast<unsigned>(b / (gx * gy))};
     if (shared_bytes) std::memset(__start_sftdp_sim_shared, kFreshByte, shared_bytes);  // fresh per block
     ok = run_block(run, schedule, rng);
     if (!ok) error = "block " + xyz(run.block_idx) + ": " + run.error;
@@ -430,14 +454,22 @@ std::string word_at(const unsigned char* p, size_t offset, size_t size) {
 
 const char* warp_op_name(WarpOp op) {
   switch (op) {
-    case WarpOp::kShflIdx: return "__shfl_sync";
-    case WarpOp::kShflXor: return "__shfl_xor_sync";
-    case WarpOp::kShflDown: return "__shfl_down_sync";
-    case WarpOp::kShflUp: return "__shfl_up_sync";
-    case WarpOp::kSyncWarp: return "__syncwarp";
-    case WarpOp::kBallot: return "__ballot_sync";
-    case WarpOp::kAll: return "__all_sync";
-    case WarpOp::kAny: return "__any_sync";
+    case WarpOp::kShflIdx:
+      return "__shfl_sync";
+    case WarpOp::kShflXor:
+      return "__shfl_xor_sync";
+    case WarpOp::kShflDown:
+      return "__shfl_down_sync";
+    case WarpOp::kShflUp:
+      return "__shfl_up_sync";
+    case WarpOp::kSyncWarp:
+      return "__syncwarp";
+    case WarpOp::kBallot:
+      return "__ballot_sync";
+    case WarpOp::kAll:
+      return "__all_sync";
+    case WarpOp::kAny:
+      return "__any_sync";
   }
   return "?";
 }
@@ -471,7 +503,8 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
   std::vector<Bytes> start, first;
   const auto save = [&](std::vector<Bytes>& to) {
     to.resize(regions.size());
-    for (size_t i = 0; i < regions.size(); ++i) to[i].assign(bytes_of(regions[i]), bytes_of(regions[i]) + regions[i].size);
+    for (size_t i = 0; i < regions.size(); ++i)
+      to[i].assign(bytes_of(regions[i]), bytes_of(regions[i]) + regions[i].size);
   };
   if (schedules > 1) save(start);
   static const char* const kNames[] = {"in-order", "reversed", "shuffled"};
@@ -494,8 +527,8 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
     const Schedule schedule = s == 0 ? Schedule::kForward : s == 1 ? Schedule::kReverse : Schedule::kShuffled;
     std::string error;
     if (!run_grid(l, schedule, 0x5eed0000u + static_cast<uint64_t>(s), error)) {
-      fault(device, cudaErrorLaunchFailure, "synccheck", describe_launch(l) + ", " + kNames[std::min(s, 2)] +
-                                                             " schedule, " + error);
+      fault(device, cudaErrorLaunchFailure, "synccheck",
+            describe_launch(l) + ", " + kNames[std::min(s, 2)] + " schedule, " + error);
       return;
     }
     for (const Allocation& a : regions) {
@@ -516,8 +549,9 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
       fault(device, cudaErrorLaunchFailure, "racecheck",
             describe_launch(l) + ": the result depends on the thread schedule (a missing __syncthreads, a " +
                 "shared-memory race, or blocks writing the same element): " +
-                memory().describe(reinterpret_cast<void*>(regions[i].begin + at)) + " is " + word_at(ref.data(), at, ref.size()) +
-                " under the in-order schedule, " + word_at(now, at, ref.size()) + " under the " + kNames[std::min(s, 2)] + " one");
+                memory().describe(reinterpret_cast<void*>(regions[i].begin + at)) + " is " +
+                word_at(ref.data(), at, ref.size()) + " under the in-order schedule, " + word_at(now, at, ref.size()) +
+                " under the " + kNames[std::min(s, 2)] + " one");
       return;
     }
   }

@@ -87,15 +87,22 @@ uint32_t batch_alignment(const void* p, const Layout& l, size_t elem) {
 size_t elem_bytes(cudaDataType t) { return t == CUDA_R_16BF ? 2 : 4; }
 
 // The one supported configuration, checked by the heuristic and by the matmul alike.
-cublasStatus_t check_config(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c,
-                            const Layout& dl, std::string& why) {
-  if (d.compute != CUBLAS_COMPUTE_32F || d.scale != CUDA_R_32F) why = "compute type other than CUBLAS_COMPUTE_32F/CUDA_R_32F";
-  else if (d.pointer_mode != CUBLASLT_POINTER_MODE_HOST) why = "alpha/beta not host pointers";
-  else if (d.trans_c != CUBLAS_OP_N) why = "a transposed C";
-  else if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS) why = "an epilogue other than BIAS";
-  else if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && d.bias_type != -1 && d.bias_type != CUDA_R_32F) why = "a bias that is not fp32";
-  else if (a.type != b.type || (a.type != CUDA_R_32F && a.type != CUDA_R_16BF)) why = "A and B not both fp32 or both bf16";
-  else if (c.type != CUDA_R_32F || dl.type != CUDA_R_32F) why = "C or D not fp32";
+cublasStatus_t check_config(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dl,
+                            std::string& why) {
+  if (d.compute != CUBLAS_COMPUTE_32F || d.scale != CUDA_R_32F)
+    why = "compute type other than CUBLAS_COMPUTE_32F/CUDA_R_32F";
+  else if (d.pointer_mode != CUBLASLT_POINTER_MODE_HOST)
+    why = "alpha/beta not host pointers";
+  else if (d.trans_c != CUBLAS_OP_N)
+    why = "a transposed C";
+  else if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS)
+    why = "an epilogue other than BIAS";
+  else if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && d.bias_type != -1 && d.bias_type != CUDA_R_32F)
+    why = "a bias that is not fp32";
+  else if (a.type != b.type || (a.type != CUDA_R_32F && a.type != CUDA_R_16BF))
+    why = "A and B not both fp32 or both bf16";
+  else if (c.type != CUDA_R_32F || dl.type != CUDA_R_32F)
+    why = "C or D not fp32";
   else if (a.order != CUBLASLT_ORDER_COL || b.order != CUBLASLT_ORDER_COL || c.order != CUBLASLT_ORDER_COL ||
            dl.order != CUBLASLT_ORDER_COL)
     why = "a memory order other than CUBLASLT_ORDER_COL";
@@ -104,11 +111,13 @@ cublasStatus_t check_config(const MatmulDesc& d, const Layout& a, const Layout& 
   const uint64_t m = dl.rows, n = dl.cols, k = ta ? a.rows : a.cols;
   if ((ta ? a.cols : a.rows) != m || (tb ? b.rows : b.cols) != n || (tb ? b.cols : b.rows) != k)
     why = "op(A), op(B) and D do not agree on m, n, k";
-  else if (c.rows != m || c.cols != n) why = "C and D differ in shape";
+  else if (c.rows != m || c.cols != n)
+    why = "C and D differ in shape";
   else if (a.ld < static_cast<int64_t>(a.rows) || b.ld < static_cast<int64_t>(b.rows) ||
            c.ld < static_cast<int64_t>(c.rows) || dl.ld < static_cast<int64_t>(dl.rows))
     why = "a leading dimension below its row count";
-  else if (a.batch != dl.batch || b.batch != dl.batch || c.batch != dl.batch) why = "batch counts differ";
+  else if (a.batch != dl.batch || b.batch != dl.batch || c.batch != dl.batch)
+    why = "batch counts differ";
   else if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && dl.batch > 1 && d.bias_batch_stride != 0)
     why = "a batched bias";
   return why.empty() ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
@@ -224,13 +233,20 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, c
       l.type = static_cast<cudaDataType>(t);
       return s;
     }
-    case CUBLASLT_MATRIX_LAYOUT_ORDER: return set(l.order, buf, size);
-    case CUBLASLT_MATRIX_LAYOUT_ROWS: return set(l.rows, buf, size);
-    case CUBLASLT_MATRIX_LAYOUT_COLS: return set(l.cols, buf, size);
-    case CUBLASLT_MATRIX_LAYOUT_LD: return set(l.ld, buf, size);
-    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return set(l.batch, buf, size);
-    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return set(l.stride, buf, size);
-    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    case CUBLASLT_MATRIX_LAYOUT_ORDER:
+      return set(l.order, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_ROWS:
+      return set(l.rows, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_COLS:
+      return set(l.cols, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_LD:
+      return set(l.ld, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
+      return set(l.batch, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
+      return set(l.stride, buf, size);
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
 
@@ -250,29 +266,45 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
   if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
   MatmulDesc& d = *reinterpret_cast<MatmulDesc*>(desc);
   switch (attr) {
-    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return set(d.compute, buf, size);
-    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return set(d.scale, buf, size);
-    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return set(d.pointer_mode, buf, size);
-    case CUBLASLT_MATMUL_DESC_TRANSA: return set(d.trans_a, buf, size);
-    case CUBLASLT_MATMUL_DESC_TRANSB: return set(d.trans_b, buf, size);
-    case CUBLASLT_MATMUL_DESC_TRANSC: return set(d.trans_c, buf, size);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(d.epilogue, buf, size);
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(d.bias, buf, size);
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(d.bias_type, buf, size);
-    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: return set(d.bias_batch_stride, buf, size);
-    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
+      return set(d.compute, buf, size);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
+      return set(d.scale, buf, size);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE:
+      return set(d.pointer_mode, buf, size);
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      return set(d.trans_a, buf, size);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      return set(d.trans_b, buf, size);
+    case CUBLASLT_MATMUL_DESC_TRANSC:
+      return set(d.trans_c, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      return set(d.epilogue, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return set(d.bias, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      return set(d.bias_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
+      return set(d.bias_batch_stride, buf, size);
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
-cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
-                                              void* buf, size_t size, size_t* written) {
+cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, void* buf,
+                                              size_t size, size_t* written) {
   if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
   const MatmulDesc& d = *reinterpret_cast<MatmulDesc*>(desc);
   switch (attr) {
-    case CUBLASLT_MATMUL_DESC_TRANSA: return get(d.trans_a, buf, size, written);
-    case CUBLASLT_MATMUL_DESC_TRANSB: return get(d.trans_b, buf, size, written);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE: return get(d.epilogue, buf, size, written);
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return get(d.bias, buf, size, written);
-    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      return get(d.trans_a, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      return get(d.trans_b, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      return get(d.epilogue, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return get(d.bias, buf, size, written);
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
 
@@ -291,14 +323,22 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
   Preference& p = *reinterpret_cast<Preference*>(pref);
   switch (attr) {
-    case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return set(p.search_mode, buf, size);
-    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return set(p.max_workspace, buf, size);
-    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: return set(p.reduction_mask, buf, size);
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return set(p.align_a, buf, size);
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return set(p.align_b, buf, size);
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return set(p.align_c, buf, size);
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return set(p.align_d, buf, size);
-    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    case CUBLASLT_MATMUL_PREF_SEARCH_MODE:
+      return set(p.search_mode, buf, size);
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+      return set(p.max_workspace, buf, size);
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+      return set(p.reduction_mask, buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+      return set(p.align_a, buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+      return set(p.align_b, buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+      return set(p.align_c, buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+      return set(p.align_d, buf, size);
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
 
@@ -318,7 +358,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   if (const cublasStatus_t s = check_config(md, la, lb, lc, ld, why); s != CUBLAS_STATUS_SUCCESS) return s;
   const Preference& p = *reinterpret_cast<Preference*>(pref);
   // The BIAS epilogue reads the bias as packed fp32: one element of alignment at least.
-  if (md.epilogue == CUBLASLT_EPILOGUE_BIAS && (!md.bias || alignment_of(md.bias) < 4)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (md.epilogue == CUBLASLT_EPILOGUE_BIAS && (!md.bias || alignment_of(md.bias) < 4))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   Algo algo{};
   algo.magic = Algo{}.magic;
   algo.align_a = p.align_a, algo.align_b = p.align_b, algo.align_c = p.align_c, algo.align_d = p.align_d;
@@ -396,31 +437,51 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
 
 const char* cublasGetStatusName(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "CUBLAS_STATUS_UNKNOWN";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "CUBLAS_STATUS_UNKNOWN";
   }
 }
 
 const char* cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
-    default: return "unknown error";
+    case CUBLAS_STATUS_SUCCESS:
+      return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "the functionality requested is not supported";
+    default:
+      return "unknown error";
   }
 }
 

@@ -9,6 +9,9 @@
 // __shared__ storage is one per block: the simulator runs one block at a time (block_runner.cpp) and
 // fills this section with 0xff bytes (NaN) before each block, so a read of unwritten shared memory
 // shows. Defined before NVIDIA's headers, which then keep it (host_defines.h defines it only if absent).
+#ifdef __shared__
+#error "cudasim/device.h must be included before any CUDA header (it defines __shared__ for them)"
+#endif
 #define __shared__ static __attribute__((section("sftdp_sim_shared")))
 #define __launch_bounds__(...)
 // kernels/<op>.h declare the sftdp::cuda:: twins for CUDA translation units (__CUDACC__ under nvcc).
@@ -68,14 +71,14 @@ T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize, con
 template <class T>
 T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize, const char* file = __builtin_FILE(),
                    int line = __builtin_LINE()) {
-  return ::sftdp::sim::detail::shuffle(::sftdp::sim::WarpOp::kShflDown, mask, var, static_cast<int>(delta), width,
-                                       file, line);
+  return ::sftdp::sim::detail::shuffle(::sftdp::sim::WarpOp::kShflDown, mask, var, static_cast<int>(delta), width, file,
+                                       line);
 }
 template <class T>
 T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize, const char* file = __builtin_FILE(),
                  int line = __builtin_LINE()) {
-  return ::sftdp::sim::detail::shuffle(::sftdp::sim::WarpOp::kShflUp, mask, var, static_cast<int>(delta), width,
-                                       file, line);
+  return ::sftdp::sim::detail::shuffle(::sftdp::sim::WarpOp::kShflUp, mask, var, static_cast<int>(delta), width, file,
+                                       line);
 }
 inline void __syncwarp(unsigned mask = 0xffffffffu, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   (void)::sftdp::sim::warp_exchange(::sftdp::sim::WarpOp::kSyncWarp, mask, 0, 0, warpSize, file, line);

@@ -23,8 +23,8 @@ void on_fault(int sig, siginfo_t* info, void* context) {
   const std::string thread = running_thread_description();
   const void* address = info ? info->si_addr : nullptr;
   if (!thread.empty() || memory().in_guard_or_quarantine(address)) {
-    report("memcheck", (thread.empty() ? std::string("host code") : thread) + ": invalid access at " +
-                           memory().describe(address));
+    report("memcheck",
+           (thread.empty() ? std::string("host code") : thread) + ": invalid access at " + memory().describe(address));
   }
   struct sigaction& previous = sig == SIGBUS ? g_previous_bus : g_previous_segv;
   if (previous.sa_flags & SA_SIGINFO) {

@@ -49,7 +49,7 @@ struct KernelLaunch {
   int line;
   dim3 grid, block;
   size_t dynamic_smem = 0;
-  std::vector<ArgView> args;        // into the argument tuple that `thread_body` holds
+  std::vector<ArgView> args;          // into the argument tuple that `thread_body` holds
   std::function<void()> thread_body;  // calls the kernel with its arguments: one simulated thread
   std::shared_ptr<void> keep_alive;   // the argument tuple
 };

@@ -12,8 +12,8 @@
 namespace sftdp::sim {
 namespace {
 
-constexpr size_t kAlign = 256;                            // cudaMalloc's alignment
-constexpr size_t kQuarantineBytes = size_t{4} << 30;      // virtual; freed pages are released at once
+constexpr size_t kAlign = 256;                        // cudaMalloc's alignment
+constexpr size_t kQuarantineBytes = size_t{4} << 30;  // virtual; freed pages are released at once
 constexpr size_t kQuarantineEntries = 4096;
 
 size_t page_size() {
@@ -80,7 +80,7 @@ bool Memory::release(void* p, size_t* bytes_freed, int* device) {
   *device = a.device;
   const auto data = reinterpret_cast<void*>(data_pages_begin(a));
   const size_t data_size = data_pages_end(a) - data_pages_begin(a);
-  asan::unpoison(data, data_size);  // ASan's shadow stays clean for the mapping's next user
+  asan::unpoison(data, data_size);          // ASan's shadow stays clean for the mapping's next user
   madvise(data, data_size, MADV_DONTNEED);  // the pages go back to the OS; the addresses stay reserved
   mprotect(reinterpret_cast<void*>(a.map_begin), a.map_size, PROT_NONE);
   quarantine_.push_back(a.map_begin);
@@ -108,8 +108,7 @@ std::optional<Allocation> Memory::find(const void* p, size_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Allocation* a = locate(address);
   if (!a || address < a->begin) return std::nullopt;
-  if (bytes == 0 ? address > a->end() : address + bytes > a->end() || address + bytes < address)
-    return std::nullopt;
+  if (bytes == 0 ? address > a->end() : address + bytes > a->end() || address + bytes < address) return std::nullopt;
   return *a;
 }
 

@@ -16,10 +16,10 @@
 namespace sftdp::sim {
 
 struct Allocation {
-  uint64_t id = 0;    // 1, 2, ... in cudaMalloc order (per process)
-  int device = 0;     // visible ordinal it was allocated on
-  uintptr_t begin = 0;  // what cudaMalloc returned (256-byte aligned)
-  size_t size = 0;      // bytes asked for
+  uint64_t id = 0;          // 1, 2, ... in cudaMalloc order (per process)
+  int device = 0;           // visible ordinal it was allocated on
+  uintptr_t begin = 0;      // what cudaMalloc returned (256-byte aligned)
+  size_t size = 0;          // bytes asked for
   uintptr_t map_begin = 0;  // the whole mapping, guard pages included
   size_t map_size = 0;
   bool live = true;  // false once freed (kept in the quarantine)
@@ -49,7 +49,7 @@ class Memory {
   const Allocation* locate(uintptr_t p) const;  // callers hold mu_
   mutable std::mutex mu_;
   std::map<uintptr_t, Allocation> by_map_begin_;  // live and quarantined
-  std::deque<uintptr_t> quarantine_;               // freed mappings, oldest first
+  std::deque<uintptr_t> quarantine_;              // freed mappings, oldest first
   uint64_t next_id_ = 1;
   size_t quarantined_bytes_ = 0;
 };

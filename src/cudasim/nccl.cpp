@@ -68,11 +68,24 @@ ncclResult_t warn(ncclResult_t r, const std::string& text) {
 
 size_t type_bytes(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 bool reducible(ncclDataType_t t) { return type_bytes(t) != 0 && t != ncclFloat8e4m3 && t != ncclFloat8e5m2; }
@@ -80,10 +93,14 @@ bool reducible(ncclDataType_t t) { return type_bytes(t) != 0 && t != ncclFloat8e
 template <class T>
 T apply(T a, T b, ncclRedOp_t op) {
   switch (op) {
-    case ncclProd: return a * b;
-    case ncclMax: return a > b ? a : b;
-    case ncclMin: return a < b ? a : b;
-    default: return a + b;  // ncclSum, and ncclAvg before its division
+    case ncclProd:
+      return a * b;
+    case ncclMax:
+      return a > b ? a : b;
+    case ncclMin:
+      return a < b ? a : b;
+    default:
+      return a + b;  // ncclSum, and ncclAvg before its division
   }
 }
 template <class T>
@@ -101,23 +118,41 @@ void combine_16(void* acc, const void* x, size_t n, ncclRedOp_t op, ToFloat to, 
 // acc (op)= x, elementwise.
 void combine(void* acc, const void* x, size_t n, ncclDataType_t t, ncclRedOp_t op) {
   switch (t) {
-    case ncclInt8: combine<int8_t>(acc, x, n, op); break;
-    case ncclUint8: combine<uint8_t>(acc, x, n, op); break;
-    case ncclInt32: combine<int32_t>(acc, x, n, op); break;
-    case ncclUint32: combine<uint32_t>(acc, x, n, op); break;
-    case ncclInt64: combine<int64_t>(acc, x, n, op); break;
-    case ncclUint64: combine<uint64_t>(acc, x, n, op); break;
-    case ncclFloat32: combine<float>(acc, x, n, op); break;
-    case ncclFloat64: combine<double>(acc, x, n, op); break;
+    case ncclInt8:
+      combine<int8_t>(acc, x, n, op);
+      break;
+    case ncclUint8:
+      combine<uint8_t>(acc, x, n, op);
+      break;
+    case ncclInt32:
+      combine<int32_t>(acc, x, n, op);
+      break;
+    case ncclUint32:
+      combine<uint32_t>(acc, x, n, op);
+      break;
+    case ncclInt64:
+      combine<int64_t>(acc, x, n, op);
+      break;
+    case ncclUint64:
+      combine<uint64_t>(acc, x, n, op);
+      break;
+    case ncclFloat32:
+      combine<float>(acc, x, n, op);
+      break;
+    case ncclFloat64:
+      combine<double>(acc, x, n, op);
+      break;
     case ncclFloat16:
-      combine_16<__half>(acc, x, n, op, [](__half h) { return __half2float(h); },
-                         [](float f) { return __float2half_rn(f); });
+      combine_16<__half>(
+          acc, x, n, op, [](__half h) { return __half2float(h); }, [](float f) { return __float2half_rn(f); });
       break;
     case ncclBfloat16:
-      combine_16<__nv_bfloat16>(acc, x, n, op, [](__nv_bfloat16 h) { return __bfloat162float(h); },
-                                [](float f) { return __float2bfloat16_rn(f); });
+      combine_16<__nv_bfloat16>(
+          acc, x, n, op, [](__nv_bfloat16 h) { return __bfloat162float(h); },
+          [](float f) { return __float2bfloat16_rn(f); });
       break;
-    default: break;
+    default:
+      break;
   }
 }
 template <class T>
@@ -127,14 +162,30 @@ void divide(void* p, size_t n, int w) {
 }
 void average(void* p, size_t n, ncclDataType_t t, int w) {
   switch (t) {
-    case ncclInt8: divide<int8_t>(p, n, w); break;
-    case ncclUint8: divide<uint8_t>(p, n, w); break;
-    case ncclInt32: divide<int32_t>(p, n, w); break;
-    case ncclUint32: divide<uint32_t>(p, n, w); break;
-    case ncclInt64: divide<int64_t>(p, n, w); break;
-    case ncclUint64: divide<uint64_t>(p, n, w); break;
-    case ncclFloat32: divide<float>(p, n, w); break;
-    case ncclFloat64: divide<double>(p, n, w); break;
+    case ncclInt8:
+      divide<int8_t>(p, n, w);
+      break;
+    case ncclUint8:
+      divide<uint8_t>(p, n, w);
+      break;
+    case ncclInt32:
+      divide<int32_t>(p, n, w);
+      break;
+    case ncclUint32:
+      divide<uint32_t>(p, n, w);
+      break;
+    case ncclInt64:
+      divide<int64_t>(p, n, w);
+      break;
+    case ncclUint64:
+      divide<uint64_t>(p, n, w);
+      break;
+    case ncclFloat32:
+      divide<float>(p, n, w);
+      break;
+    case ncclFloat64:
+      divide<double>(p, n, w);
+      break;
     case ncclFloat16: {
       auto* h = static_cast<__half*>(p);
       for (size_t i = 0; i < n; ++i) h[i] = __float2half_rn(__half2float(h[i]) / static_cast<float>(w));
@@ -145,7 +196,8 @@ void average(void* p, size_t n, ncclDataType_t t, int w) {
       for (size_t i = 0; i < n; ++i) h[i] = __float2bfloat16_rn(__bfloat162float(h[i]) / static_cast<float>(w));
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -197,8 +249,8 @@ void all_reduce(ncclComm& c, const void* send, void* recv, size_t n, ncclDataTyp
   }
   std::vector<unsigned char> pieces(mine * es * static_cast<size_t>(W));
   MPI_Request req;
-  int rc = MPI_Ialltoallv(send, scount.data(), sdispl.data(), mpi_type(t), pieces.data(), rcount.data(),
-                          rdispl.data(), mpi_type(t), c.mpi, &req);
+  int rc = MPI_Ialltoallv(send, scount.data(), sdispl.data(), mpi_type(t), pieces.data(), rcount.data(), rdispl.data(),
+                          mpi_type(t), c.mpi, &req);
   if (!finish(c, rc, req, "ncclAllReduce")) return;
   for (int j = 1; j < W; ++j) combine(pieces.data(), pieces.data() + mine * es * static_cast<size_t>(j), mine, t, op);
   if (op == ncclAvg) average(pieces.data(), mine, t, W);
@@ -244,7 +296,8 @@ void reduce(ncclComm& c, const void* send, void* recv, size_t count, ncclDataTyp
   const int rc = MPI_Igather(send, static_cast<int>(count), mpi_type(t), pieces.data(), static_cast<int>(count),
                              mpi_type(t), root, c.mpi, &req);
   if (!finish(c, rc, req, "ncclReduce") || c.rank != root) return;
-  for (int j = 1; j < c.nranks; ++j) combine(pieces.data(), pieces.data() + count * es * static_cast<size_t>(j), count, t, op);
+  for (int j = 1; j < c.nranks; ++j)
+    combine(pieces.data(), pieces.data() + count * es * static_cast<size_t>(j), count, t, op);
   if (op == ncclAvg) average(pieces.data(), count, t, c.nranks);
   std::memcpy(recv, pieces.data(), count * es);
 }
@@ -340,20 +393,22 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalised);
   if (!initialised || finalised)
-    return warn(ncclInvalidUsage, "ncclCommInitRank: the CUDA simulator's NCCL runs over MPI, which is not initialised");
+    return warn(ncclInvalidUsage,
+                "ncclCommInitRank: the CUDA simulator's NCCL runs over MPI, which is not initialised");
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   if (level < MPI_THREAD_MULTIPLE)
-    return warn(ncclInvalidUsage, "ncclCommInitRank: the CUDA simulator's NCCL needs MPI_THREAD_MULTIPLE "
-                                  "(collectives run on stream workers)");
+    return warn(ncclInvalidUsage,
+                "ncclCommInitRank: the CUDA simulator's NCCL needs MPI_THREAD_MULTIPLE "
+                "(collectives run on stream workers)");
   if (std::memcmp(id.internal, kIdMagic, sizeof kIdMagic) != 0)
     return warn(ncclInvalidArgument, "ncclCommInitRank: the unique id was not made by ncclGetUniqueId");
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (nranks != world || rank < 0 || rank >= nranks)
-    return warn(ncclInvalidArgument, "ncclCommInitRank: nranks " + std::to_string(nranks) + ", rank " +
-                                         std::to_string(rank) + ": the simulator's communicators span MPI_COMM_WORLD (" +
-                                         std::to_string(world) + " ranks)");
+    return warn(ncclInvalidArgument,
+                "ncclCommInitRank: nranks " + std::to_string(nranks) + ", rank " + std::to_string(rank) +
+                    ": the simulator's communicators span MPI_COMM_WORLD (" + std::to_string(world) + " ranks)");
   if (devices().empty()) return warn(ncclUnhandledCudaError, "ncclCommInitRank: no CUDA device");
   const int device = current_device();
   struct Info {
@@ -374,8 +429,9 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
     const Info& o = all[static_cast<size_t>(w)];
     if (std::memcmp(o.id, mine.id, sizeof mine.id) != 0 || o.nranks != nranks || o.rank < 0 || o.rank >= nranks ||
         seen[static_cast<size_t>(o.rank)] >= 0)
-      return warn(ncclInvalidUsage, "ncclCommInitRank: the ranks of MPI_COMM_WORLD disagree on the unique id, "
-                                    "nranks or their ranks");
+      return warn(ncclInvalidUsage,
+                  "ncclCommInitRank: the ranks of MPI_COMM_WORLD disagree on the unique id, "
+                  "nranks or their ranks");
     seen[static_cast<size_t>(o.rank)] = w;
     for (int v = 0; v < w; ++v) {
       const Info& p = all[static_cast<size_t>(v)];
@@ -513,15 +569,24 @@ ncclResult_t ncclGroupEnd() {
 
 const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 

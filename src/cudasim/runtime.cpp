@@ -26,9 +26,12 @@ long long env_number(const char* name, long long fallback, long long lo, long lo
   errno = 0;
   long long x = std::strtoll(v, &end, 10);
   if (end == v || errno != 0) bad_setting(name, v, "expected a whole number");
-  if (*end == 'K' || *end == 'k') x <<= 10, ++end;
-  else if (*end == 'M' || *end == 'm') x <<= 20, ++end;
-  else if (*end == 'G' || *end == 'g') x <<= 30, ++end;
+  if (*end == 'K' || *end == 'k')
+    x <<= 10, ++end;
+  else if (*end == 'M' || *end == 'm')
+    x <<= 20, ++end;
+  else if (*end == 'G' || *end == 'g')
+    x <<= 30, ++end;
   if (*end != '\0') bad_setting(name, v, "expected a whole number (K, M or G may follow)");
   if (x < lo || x > hi) bad_setting(name, v, ("expected " + std::to_string(lo) + " to " + std::to_string(hi)).c_str());
   return x;
@@ -40,9 +43,12 @@ Settings read_settings() {
   s.device_memory = static_cast<size_t>(env_number("SFTDP_SIM_DEVICE_MEMORY", 16ll << 30, 1ll << 20, 1ll << 40));
   s.schedules = static_cast<int>(env_number("SFTDP_SIM_SCHEDULES", 2, 1, 16));
   if (const char* mode = std::getenv("SFTDP_SIM_STREAMS"); mode && *mode) {
-    if (std::strcmp(mode, "lazy") == 0) s.lazy_streams = true;
-    else if (std::strcmp(mode, "eager") == 0) s.lazy_streams = false;
-    else bad_setting("SFTDP_SIM_STREAMS", mode, "expected lazy or eager");
+    if (std::strcmp(mode, "lazy") == 0)
+      s.lazy_streams = true;
+    else if (std::strcmp(mode, "eager") == 0)
+      s.lazy_streams = false;
+    else
+      bad_setting("SFTDP_SIM_STREAMS", mode, "expected lazy or eager");
   }
   // CUDA's rule: the listed indices in order, up to the first entry that is not a device index.
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -207,7 +213,8 @@ uint64_t enqueue(Stream& s, std::string what, std::function<void()> fn, bool exe
       }
     }
     for (const auto& w : waits)  // (init-captures: clang 14 cannot capture structured bindings)
-    s.enqueue("implicit legacy-stream wait", [other = w.first, t = w.second] { other->wait(t); }, false);
+      s.enqueue(
+          "implicit legacy-stream wait", [other = w.first, t = w.second] { other->wait(t); }, false);
   }
   return s.enqueue(std::move(what), std::move(fn), exec);
 }

@@ -49,8 +49,8 @@ cudaError_t device_state() {
 bool device_range_ok(const char* call, const char* which, const void* p, size_t bytes) {
   const auto a = memory().find(p, bytes);
   if (a && a->live) return true;
-  report("memcheck", std::string(call) + ": the " + which + " range of " + std::to_string(bytes) +
-                         " bytes at " + memory().describe(p) + " is not inside one live cudaMalloc allocation");
+  report("memcheck", std::string(call) + ": the " + which + " range of " + std::to_string(bytes) + " bytes at " +
+                         memory().describe(p) + " is not inside one live cudaMalloc allocation");
   return false;
 }
 bool is_device(const void* p) {
@@ -261,7 +261,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
     std::lock_guard<std::mutex> lock(ev->mu);
     on = ev->stream, seq = ev->seq;  // the record current at this call, not a later one
   }
-  if (on) enqueue(*s, "cudaStreamWaitEvent", [on, seq] { on->wait(seq); }, /*exec=*/false);
+  if (on)
+    enqueue(
+        *s, "cudaStreamWaitEvent", [on, seq] { on->wait(seq); }, /*exec=*/false);
   return cudaSuccess;
 }
 
@@ -379,37 +381,63 @@ cudaError_t cudaRuntimeGetVersion(int* v) {
 
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-    case cudaErrorNotSupported: return "cudaErrorNotSupported";
-    default: return "cudaErrorUnknown";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorInvalidMemcpyDirection:
+      return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
+    default:
+      return "cudaErrorUnknown";
   }
 }
 
 const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    case cudaErrorNotSupported: return "operation not supported";
-    default: return "unrecognized error code";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorInvalidMemcpyDirection:
+      return "invalid copy direction for memcpy";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+    case cudaErrorNotSupported:
+      return "operation not supported";
+    default:
+      return "unrecognized error code";
   }
 }
 

@@ -36,7 +36,12 @@ std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, in
 
 Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
              bool bf16_activations)
-    : d_(d), ops_(ops), max_B_(max_B), T_(T), layout_(std::move(layout)), remat_(remat),
+    : d_(d),
+      ops_(ops),
+      max_B_(max_B),
+      T_(T),
+      layout_(std::move(layout)),
+      remat_(remat),
       bf16_acts_(bf16_activations && !remat) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
   // Exact only where the GEMMs round their inputs to bf16 themselves.

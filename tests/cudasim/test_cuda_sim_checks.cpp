@@ -16,7 +16,9 @@
 #include <functional>
 #include <vector>
 
+// The simulator's device side before any CUDA header, as its build force-includes it into .cu files.
 #include "sim_test_util.h"
+
 #include "kernels/cuda/common.cuh"
 
 namespace sftdp::test {
@@ -52,7 +54,8 @@ __global__ void read_unwritten_shared_kernel(float* out) {
 }
 
 __global__ void fill_kernel(float* out, float value, int n) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += static_cast<int>(gridDim.x * blockDim.x))
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x))
     out[i] = value;
 }
 
@@ -134,10 +137,10 @@ TEST_F(SimChecks, WarpShufflesAndVotesGiveCudasResults) {
   for (int l = 0; l < 32; l += 3) every_third |= 1u << l;
   for (int i = 0; i < n; ++i) {
     const int lane = i % 32;
-    EXPECT_EQ(s[i], 528.f) << i;                                     // 1 + 2 + ... + 32 on every lane
-    EXPECT_EQ(d[i], lane + 3 < 32 ? (lane + 3) * 10 : lane * 10) << i;  // past the warp: own value
-    EXPECT_EQ(u[i], lane % 16 >= 5 ? (lane - 5) * 10 : lane * 10) << i; // within 16-lane segments
-    EXPECT_EQ(x[i], (lane / 8 * 8 + 7) * 10) << i;                      // lane 7 of each 8-lane segment
+    EXPECT_EQ(s[i], 528.f) << i;                                         // 1 + 2 + ... + 32 on every lane
+    EXPECT_EQ(d[i], lane + 3 < 32 ? (lane + 3) * 10 : lane * 10) << i;   // past the warp: own value
+    EXPECT_EQ(u[i], lane % 16 >= 5 ? (lane - 5) * 10 : lane * 10) << i;  // within 16-lane segments
+    EXPECT_EQ(x[i], (lane / 8 * 8 + 7) * 10) << i;                       // lane 7 of each 8-lane segment
     EXPECT_EQ(b[i], every_third) << i;
     EXPECT_EQ(a[i], 3) << i;
   }
@@ -235,16 +238,17 @@ void run_and_exit(const std::function<void()>& body) {
 
 TEST(SimChecksDeath, WriteOnePastTheEndNamesTheKernel) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(run_and_exit([] {
-                float* out = nullptr;
-                cudaMalloc(&out, 100 * sizeof(float));
-                SFTDP_LAUNCH(write_one_past_end_kernel, 1, 128, 0, nullptr, out, 100);
-                const cudaError_t e = cudaDeviceSynchronize();
-                if (e == cudaErrorIllegalAddress) std::fputs("sticky cudaErrorIllegalAddress\n", stderr);
-              }),
-              [](int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); },
-              "write_one_past_end_kernel.* wrote out of bounds: 0 bytes after the end of allocation|"
-              "AddressSanitizer report above is from kernel write_one_past_end_kernel");
+  EXPECT_EXIT(
+      run_and_exit([] {
+        float* out = nullptr;
+        cudaMalloc(&out, 100 * sizeof(float));
+        SFTDP_LAUNCH(write_one_past_end_kernel, 1, 128, 0, nullptr, out, 100);
+        const cudaError_t e = cudaDeviceSynchronize();
+        if (e == cudaErrorIllegalAddress) std::fputs("sticky cudaErrorIllegalAddress\n", stderr);
+      }),
+      [](int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); },
+      "write_one_past_end_kernel.* wrote out of bounds: 0 bytes after the end of allocation|"
+      "AddressSanitizer report above is from kernel write_one_past_end_kernel");
 }
 
 TEST(SimChecksDeath, ReadIntoTheGuardPageNamesTheKernel) {

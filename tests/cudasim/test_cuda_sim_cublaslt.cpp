@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+// The simulator's device side before any CUDA header, as its build force-includes it into .cu files.
+#include "sim_test_util.h"
+
 #include "common/test_util.h"
-#include "sim_test_util.h"  // first of the CUDA headers
 #include "kernels/test_cuda_util.h"
 
 namespace sftdp::test {
@@ -104,7 +106,8 @@ TEST_P(SimCublasLt, MatchesOpenBlas) {
   ASSERT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), CUBLAS_STATUS_SUCCESS);
   if (c.bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    ASSERT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+              CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias),
               CUBLAS_STATUS_SUCCESS);
   }
@@ -118,8 +121,9 @@ TEST_P(SimCublasLt, MatchesOpenBlas) {
       const int32_t count = c.batch;
       ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
                 CUBLAS_STATUS_SUCCESS);
-      ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
-                CUBLAS_STATUS_SUCCESS);
+      ASSERT_EQ(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+          CUBLAS_STATUS_SUCCESS);
     }
   cublasLtMatmulPreference_t pref = nullptr;
   ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
@@ -137,9 +141,9 @@ TEST_P(SimCublasLt, MatchesOpenBlas) {
   ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &result, &returned), CUBLAS_STATUS_SUCCESS);
   ASSERT_EQ(returned, 1);
   ASSERT_EQ(result.state, CUBLAS_STATUS_SUCCESS);
-  ASSERT_EQ(cublasLtMatmul(lt, op, &c.alpha, dA, la, dB, lb, &c.beta, dC, lc, dD, lc, &result.algo, nullptr, 0,
-                           stream_),
-            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(
+      cublasLtMatmul(lt, op, &c.alpha, dA, la, dB, lb, &c.beta, dC, lc, dD, lc, &result.algo, nullptr, 0, stream_),
+      CUBLAS_STATUS_SUCCESS);
   const auto got = host(dD, C0.size());
   for (int bi = 0; bi < c.batch; ++bi)
     for (int j = 0; j < c.n; ++j)
@@ -160,17 +164,16 @@ TEST_P(SimCublasLt, MatchesOpenBlas) {
   EXPECT_TRUE(sim::reports().empty()) << all_reports();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SimCublasLt,
-    ::testing::Values(LtCase{false, false, 7, 5, 3, 0, 1, 1.f, 0.f, false, false, false},
-                      LtCase{true, false, 33, 17, 65, 3, 1, 1.f, 0.f, false, false, false},
-                      LtCase{false, true, 16, 40, 9, 0, 1, 0.5f, 0.f, false, true, false},
-                      LtCase{true, true, 12, 11, 10, 5, 1, 1.f, 1.f, false, false, false},
-                      LtCase{false, false, 9, 8, 7, 2, 4, 1.f, 0.f, false, false, false},
-                      LtCase{true, false, 8, 6, 30, 1, 3, 0.125f, 1.f, true, false, false},
-                      LtCase{false, true, 31, 9, 64, 0, 1, 1.f, 0.f, false, true, true},
-                      LtCase{true, false, 20, 13, 17, 4, 2, 1.f, 1.f, false, false, true}),
-    NameFromParam());
+INSTANTIATE_TEST_SUITE_P(Shapes, SimCublasLt,
+                         ::testing::Values(LtCase{false, false, 7, 5, 3, 0, 1, 1.f, 0.f, false, false, false},
+                                           LtCase{true, false, 33, 17, 65, 3, 1, 1.f, 0.f, false, false, false},
+                                           LtCase{false, true, 16, 40, 9, 0, 1, 0.5f, 0.f, false, true, false},
+                                           LtCase{true, true, 12, 11, 10, 5, 1, 1.f, 1.f, false, false, false},
+                                           LtCase{false, false, 9, 8, 7, 2, 4, 1.f, 0.f, false, false, false},
+                                           LtCase{true, false, 8, 6, 30, 1, 3, 0.125f, 1.f, true, false, false},
+                                           LtCase{false, true, 31, 9, 64, 0, 1, 1.f, 0.f, false, true, true},
+                                           LtCase{true, false, 20, 13, 17, 4, 2, 1.f, 1.f, false, false, true}),
+                         NameFromParam());
 
 // ---- refusals ---------------------------------------------------------------------------------------
 class SimCublasLtErrors : public SimTest {
@@ -222,8 +225,8 @@ TEST_F(SimCublasLtErrors, DataLessAlignedThanTheAlgorithmAssumedIsRejected) {
   ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(lt_, op_, l, l, l, l, pref_, 1, &r, &returned), CUBLAS_STATUS_SUCCESS);
   const float one = 1, zero = 0;
   // The default preference promises 256-byte alignment; A one float in is 4-byte aligned.
-  EXPECT_EQ(cublasLtMatmul(lt_, op_, &one, buf + 1, l, buf + 64, l, &zero, buf + 128, l, buf + 128, l, &r.algo,
-                           nullptr, 0, stream_),
+  EXPECT_EQ(cublasLtMatmul(lt_, op_, &one, buf + 1, l, buf + 64, l, &zero, buf + 128, l, buf + 128, l, &r.algo, nullptr,
+                           0, stream_),
             CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_REPORT("cublasLt", "matrix A is 4-byte aligned", "chosen for 256");
 }

@@ -15,9 +15,12 @@
 #include <cstring>
 #include <vector>
 
-#include "common/test_util.h"
-#include "sim_test_util.h"  // first of the CUDA headers
+// The simulator's device side before any CUDA header, as its build force-includes it into .cu files.
+#include "sim_test_util.h"
+
 #include <nccl.h>
+
+#include "common/test_util.h"
 #include "kernels/cuda/common.cuh"
 
 // Four simulated GPUs on this host, one per rank, before anything asks the runtime.
@@ -27,7 +30,8 @@ namespace sftdp::test {
 namespace {
 
 __global__ void fill_kernel(float* out, float value, int n) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += static_cast<int>(gridDim.x * blockDim.x))
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x))
     out[i] = value;
 }
 

@@ -14,18 +14,22 @@
 #include <string>
 #include <vector>
 
+// The simulator's device side before any CUDA header, as its build force-includes it into .cu files.
 #include "sim_test_util.h"
+
 #include "kernels/cuda/common.cuh"
 
 namespace sftdp::test {
 namespace {
 
 __global__ void fill_kernel(float* out, float value, int n) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += static_cast<int>(gridDim.x * blockDim.x))
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x))
     out[i] = value;
 }
 __global__ void copy_kernel(float* out, const float* in, int n) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += static_cast<int>(gridDim.x * blockDim.x))
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x))
     out[i] = in[i];
 }
 

@@ -50,8 +50,8 @@ uint16_t pack_one(float x) {
 
 TEST(Bf16, HandCases) {
   EXPECT_EQ(pack_one(1.0f), 0x3f80);
-  EXPECT_EQ(pack_one(1.00390625f), 0x3f80);         // exactly between 0x3f80 and 0x3f81: to even
-  EXPECT_EQ(pack_one(1.01171875f), 0x3f82);         // between 0x3f81 and 0x3f82: to even (up)
+  EXPECT_EQ(pack_one(1.00390625f), 0x3f80);            // exactly between 0x3f80 and 0x3f81: to even
+  EXPECT_EQ(pack_one(1.01171875f), 0x3f82);            // between 0x3f81 and 0x3f82: to even (up)
   EXPECT_EQ(pack_one(from_bits(0x3f808001)), 0x3f81);  // just past the tie: up
   EXPECT_EQ(pack_one(-2.5f), 0xc020);
   EXPECT_EQ(pack_one(-0.0f), 0x8000);

@@ -27,7 +27,9 @@ TEST_P(CudaGather, GatherAndScatterMatchCpuBitForBit) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [N_, C_, n_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto N = N_; const auto C = C_; const auto n = n_;
+  const auto N = N_;
+  const auto C = C_;
+  const auto n = n_;
   std::vector<int32_t> idx(N);
   std::iota(idx.begin(), idx.end(), 0);
   std::mt19937 rng(11);

@@ -40,7 +40,12 @@ class CudaMatmul : public ::testing::TestWithParam<MatmulCase> {};
 TEST_P(CudaMatmul, ForwardAndBackwardMatchCpu) {
   const auto [N_, IC_, OC_, has_bias_, bf16_, bias_offset_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto N = N_; const auto IC = IC_; const auto OC = OC_; const auto has_bias = has_bias_; const auto bf16 = bf16_; const auto bias_offset = bias_offset_;
+  const auto N = N_;
+  const auto IC = IC_;
+  const auto OC = OC_;
+  const auto has_bias = has_bias_;
+  const auto bf16 = bf16_;
+  const auto bias_offset = bias_offset_;
   SFTDP_REQUIRE_CUDA_GEMM(ops, bf16 ? GemmInputs::kBf16 : GemmInputs::kFp32);
   const size_t NIC = static_cast<size_t>(N) * IC, NOC = static_cast<size_t>(N) * OC;
   const size_t W = static_cast<size_t>(OC) * IC;
@@ -115,7 +120,11 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [B_, T_, C_, NH_, segments_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto B = B_; const auto T = T_; const auto C = C_; const auto NH = NH_; const auto segments = segments_;
+  const auto B = B_;
+  const auto T = T_;
+  const auto C = C_;
+  const auto NH = NH_;
+  const auto segments = segments_;
   const size_t BTC = static_cast<size_t>(B) * T * C, ATT = static_cast<size_t>(B) * NH * T * T;
   const auto qkv = uniform(3 * BTC, 71), dout = uniform(BTC, 72);
   const auto seg = packed_segments(B, T, 73);

@@ -45,7 +45,8 @@ TEST_P(CudaRmsNorm, ForwardAndBackwardMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [N_, C_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto N = N_; const auto C = C_;
+  const auto N = N_;
+  const auto C = C_;
   const size_t NC_ = static_cast<size_t>(N) * C;
   const auto inp = uniform(NC_, 101, -2.f, 3.f), w = uniform(C, 102, 0.5f, 1.5f);
   const auto dout = uniform(NC_, 103), dinp0 = uniform(NC_, 104), dw0 = uniform(C, 105);
@@ -204,7 +205,8 @@ TEST_P(CudaSwiglu, ForwardAndBackwardMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [N_, F_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto N = N_; const auto F = F_;
+  const auto N = N_;
+  const auto F = F_;
   const size_t NF_ = static_cast<size_t>(N) * F;
   const auto inp = uniform(2 * NF_, 131, -8.f, 8.f), dout = uniform(NF_, 132);
   std::vector<float> out(NF_), dinp(2 * NF_);
@@ -267,7 +269,12 @@ TEST_P(CudaGqaAttention, ForwardAndBackwardMatchCpuAndRepeatedKvMha) {
   const HeadCase c = GetParam();
   const auto [B_, T_, NH_, KVH_, HS_, segments_] = c;
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto B = B_; const auto T = T_; const auto NH = NH_; const auto KVH = KVH_; const auto HS = HS_; const auto segments = segments_;
+  const auto B = B_;
+  const auto T = T_;
+  const auto NH = NH_;
+  const auto KVH = KVH_;
+  const auto HS = HS_;
+  const auto segments = segments_;
   const size_t BT = static_cast<size_t>(B) * T, nqkv = BT * qkv_width(c), nout = BT * NH * HS;
   const size_t ATT = static_cast<size_t>(B) * NH * T * T;
   const auto qkv = uniform(nqkv, 141), dout = uniform(nout, 142);
@@ -337,7 +344,10 @@ TEST_P(CudaEncoderNoWpe, TokenEmbeddingsOnlyMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [B_, T_, C_, V_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto B = B_; const auto T = T_; const auto C = C_; const auto V = V_;
+  const auto B = B_;
+  const auto T = T_;
+  const auto C = C_;
+  const auto V = V_;
   const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
   const auto inp = uniform_int(BT, 151, V);  // small V: many repeated ids per bucket
   const auto pos = uniform_int(BT, 152, T);  // given, and ignored without wpe

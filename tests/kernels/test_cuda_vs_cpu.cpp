@@ -101,7 +101,8 @@ TEST_P(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [N_, C_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto N = N_; const auto C = C_;
+  const auto N = N_;
+  const auto C = C_;
   const size_t NC_ = static_cast<size_t>(N) * C;
   const auto inp = uniform(NC_, 21, -2.f, 3.f), w = uniform(C, 22, 0.5f, 1.5f), b = uniform(C, 23);
   const auto dout = uniform(NC_, 24), dinp0 = uniform(NC_, 25), dw0 = uniform(C, 26), db0 = uniform(C, 27);
@@ -150,7 +151,12 @@ TEST_P(CudaEncoder, ForwardAndBackwardMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [B_, T_, C_, V_, maxT_, positions_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto B = B_; const auto T = T_; const auto C = C_; const auto V = V_; const auto maxT = maxT_; const auto positions = positions_;
+  const auto B = B_;
+  const auto T = T_;
+  const auto C = C_;
+  const auto V = V_;
+  const auto maxT = maxT_;
+  const auto positions = positions_;
   const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
   const auto inp = uniform_int(BT, 31, V);  // small V: many repeated ids per bucket
   const auto pos = uniform_int(BT, 32, maxT);
@@ -202,7 +208,9 @@ TEST_P(CudaCrossEntropy, SumsAndDlogitsMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [N_, V_, grad_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto N = N_; const auto V = V_; const auto grad = grad_;
+  const auto N = N_;
+  const auto V = V_;
+  const auto grad = grad_;
   const size_t NV = static_cast<size_t>(N) * V;
   const CrossEntropyInputs in = cross_entropy_inputs(N, V);
   const auto& logits = in.logits;
@@ -275,7 +283,9 @@ TEST_P(CudaAdamW, UpdateAndSumSquaresMatchCpu) {
   SFTDP_REQUIRE_CUDA(ops);
   const auto [N_, n_decay_, t_] = GetParam();
   // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto N = N_; const auto n_decay = n_decay_; const auto t = t_;
+  const auto N = N_;
+  const auto n_decay = n_decay_;
+  const auto t = t_;
   const auto p0 = uniform(N, 51), m0 = uniform(N, 52, -0.1f, 0.1f), v0 = uniform(N, 53, 0.f, 0.01f);
   const auto grads = uniform(N, 54, -3.f, 3.f);
   constexpr float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, grad_scale = 0.37f;
