@@ -28,7 +28,7 @@ struct Batch {
 // are read from disk (hyperslabs).
 class Dataset {
  public:
-  // T: max_target_length; vocab_size: the model's; max_positions: rows of wpe.
+  // T: max_target_length; vocab_size: the model's; max_positions: rows of wpe (>= T).
   Dataset(const std::vector<std::string>& paths, int T, int vocab_size, int max_positions);
   ~Dataset();
   Dataset(const Dataset&) = delete;

@@ -32,6 +32,12 @@ std::shared_ptr<Event> find_event(cudaEvent_t handle) {
   return it == events().end() ? nullptr : it->second;
 }
 
+// The event's latest record (stream, op number), read once: a concurrent re-record is not mixed in.
+std::pair<Stream*, uint64_t> last_record(Event& ev) {
+  std::lock_guard<std::mutex> lock(ev.mu);
+  return {ev.stream, ev.seq};
+}
+
 double now_ms() {
   using namespace std::chrono;
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
@@ -312,12 +318,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   const auto ev = find_event(event);
   if (!ev) return fail(cudaErrorInvalidResourceHandle);
-  Stream* s = nullptr;
-  uint64_t seq = 0;
-  {
-    std::lock_guard<std::mutex> lock(ev->mu);
-    s = ev->stream, seq = ev->seq;
-  }
+  const auto [s, seq] = last_record(*ev);
   if (!s) return cudaSuccess;  // never recorded: complete
   if (const cudaError_t e = sticky_error(s->device()); e != cudaSuccess) return fail(e);
   s->release(seq);  // a query asks for the work: it runs now, and a later query sees it done
@@ -327,12 +328,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   const auto ev = find_event(event);
   if (!ev) return fail(cudaErrorInvalidResourceHandle);
-  Stream* s = nullptr;
-  uint64_t seq = 0;
-  {
-    std::lock_guard<std::mutex> lock(ev->mu);
-    s = ev->stream, seq = ev->seq;
-  }
+  const auto [s, seq] = last_record(*ev);
   if (!s) return cudaSuccess;
   s->wait(seq);
   return fail(sticky_error(s->device()));

@@ -1,9 +1,13 @@
 // src/cudasim/streams.cpp — stream queues and their workers (see streams.h).
 #include "cudasim/streams.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <vector>
 
 #include "cudasim/runtime.h"
+#include "cudasim/sanitizer.h"
 
 namespace sftdp::sim {
 
@@ -62,6 +66,16 @@ void Stream::shut_down() {
 }
 
 void Stream::work() {
+  // Kernels run here on fiber stacks: a fault there (a guard page hit, a fiber stack overflow)
+  // must be reported from a stack of its own (faults.cpp). Kept for the thread's life. ASan gives
+  // every thread one already (and unmaps it at thread exit: it must stay ASan's).
+#ifndef SFTDP_SIM_ASAN
+  static thread_local std::vector<char> alt(size_t{256} << 10);
+  stack_t ss{};
+  ss.ss_sp = alt.data();
+  ss.ss_size = alt.size();
+  sigaltstack(&ss, nullptr);
+#endif
   for (;;) {
     Op op;
     {

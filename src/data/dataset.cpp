@@ -110,8 +110,8 @@ void check_values(const DataFile& f, const std::vector<int64_t>& rows, int T, in
 Dataset::Dataset(const std::vector<std::string>& paths, int T, int vocab_size, int max_positions)
     : impl_(std::make_unique<Impl>()) {
   if (paths.empty()) throw UserError("data files: none given");
-  SFTDP_ASSERT(T >= 1 && vocab_size >= 1 && max_positions >= 1,
-               "Dataset needs T, vocab_size and max_positions >= 1");
+  SFTDP_ASSERT(T >= 1 && vocab_size >= 1 && max_positions >= T,
+               "Dataset needs T, vocab_size >= 1 and max_positions >= T (a file without /positions means 0..T-1)");
   impl_->T = T;
   impl_->max_positions = max_positions;
   for (const auto& path : paths) {

@@ -1,5 +1,5 @@
 // tests/cudasim/sim_test_util.h — shared by the CUDA simulator's own tests (tests/cudasim): device
-// buffers through the CUDA runtime, a fixture that starts each test with no report and no sticky
+// buffers through the CUDA runtime, two small kernels (fill, copy), a fixture that starts each test with no report and no sticky
 // error, and a search of the simulator's reports. Include it after the C++ headers and before any
 // other CUDA header: it brings the simulator's device side (cudasim/device.h) for test kernels.
 #pragma once
@@ -32,6 +32,18 @@ inline std::string all_reports() {
 }
 #define EXPECT_REPORT(...) \
   EXPECT_NE(::sftdp::test::report_with({__VA_ARGS__}), "") << "reports: " << ::sftdp::test::all_reports()
+
+// Kernels the simulator tests share (they build in the simulator build only, as host C++).
+[[maybe_unused]] __global__ static void fill_kernel(float* out, float value, int n) {
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x))
+    out[i] = value;
+}
+[[maybe_unused]] __global__ static void copy_kernel(float* out, const float* in, int n) {
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x))
+    out[i] = in[i];
+}
 
 class SimTest : public ::testing::Test {
  protected:

@@ -53,11 +53,6 @@ __global__ void read_unwritten_shared_kernel(float* out) {
   out[threadIdx.x] = s[threadIdx.x];
 }
 
-__global__ void fill_kernel(float* out, float value, int n) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
-       i += static_cast<int>(gridDim.x * blockDim.x))
-    out[i] = value;
-}
 
 // ---- kernels: planted bugs ------------------------------------------------------------------------
 __global__ void partial_barrier_kernel(int* out) {

@@ -29,11 +29,6 @@ static const bool kDevices = (setenv("SFTDP_SIM_DEVICES", "4", 0), true);
 namespace sftdp::test {
 namespace {
 
-__global__ void fill_kernel(float* out, float value, int n) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
-       i += static_cast<int>(gridDim.x * blockDim.x))
-    out[i] = value;
-}
 
 int rank() {
   int r = 0;

@@ -22,16 +22,6 @@
 namespace sftdp::test {
 namespace {
 
-__global__ void fill_kernel(float* out, float value, int n) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
-       i += static_cast<int>(gridDim.x * blockDim.x))
-    out[i] = value;
-}
-__global__ void copy_kernel(float* out, const float* in, int n) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
-       i += static_cast<int>(gridDim.x * blockDim.x))
-    out[i] = in[i];
-}
 
 using SimStreams = SimTest;
 

@@ -10,7 +10,8 @@ is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequ
   remat off;
 - resume from a CPU checkpoint on the GPU, and from a GPU checkpoint on the CPU, continue the
   trajectory (1e-5 relative against the uninterrupted run);
-- two ranks on a host with one GPU: hardware=auto runs both on the CPU, hardware=gpu exits 2."""
+- two ranks on a host with one GPU: hardware=auto runs both on the CPU, hardware=gpu exits 2;
+- a rank stopped (SIGSTOP) in a 2-GPU job ends it within collective_timeout_s, named by rank 0."""
 import json
 import os
 import re
@@ -166,6 +167,18 @@ def test_resume_across_hardware_continues_the_trajectory(cfg, runs, workdir, fir
     assert rel(losses(resumed), losses(straight[0])) <= 1e-5
     params = read_params(f"{out}/e/checkpoints/step_{STEPS}.h5")
     assert max_rel(params, straight[1]["params"]) <= 1e-4
+
+
+def test_a_stopped_rank_ends_a_two_gpu_job(tmp_path, note):
+    # The NCCL communicator polls its collective under collective_timeout_s and aborts NCCL (its
+    # "GPU-CHECK" until now): rank 1 stopped, rank 0 names it and the job ends within the bound.
+    from test_rank_stopped_mpi import BOUND_S, TIMEOUT_S, stop_one_rank
+    code, elapsed, out, step = stop_one_rank(str(tmp_path), 1, hardware="gpu", env_extra=GPUS)
+    note(f"cuda e2e: rank 1 stopped after step {step} of a 2-GPU job: exit {code} {elapsed:.1f} s later")
+    assert "hardware: gpu" in out, out[-2000:]
+    assert code not in (None, 0), f"mpirun exits non-zero (got {code})"
+    assert TIMEOUT_S <= elapsed < BOUND_S, f"ended by the deadline, within {BOUND_S} s ({elapsed:.1f} s)"
+    assert "[rank 0@" in out and "error: rank 1 (" in out and "the gradient allreduce of step" in out, out[-2000:]
 
 
 @pytest.mark.skipif(not SIM, reason="the one-GPU host is made with simulated devices")
