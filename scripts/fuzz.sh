@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] — runs the libFuzzer targets of tests/fuzz
-# (clang, ASan + UBSan, no CUDA) for a bounded time each. They live in the sanitized build that
+# (clang, ASan + UBSan, the CUDA simulator build) for a bounded time each. They live in the sanitized build that
 # scripts/test_sanitizers.sh configures (${SFTDP_FUZZ_BUILD_DIR:-${SFTDP_ASAN_BUILD_DIR:-build-asan}}):
 # after the sanitizer suite (scripts/test.sh) they are already built; run alone, this configures
 # that build the same way and builds only the fuzz targets. The committed seeds

@@ -3,10 +3,14 @@
 # same suite under ASan + UBSan (scripts/test_sanitizers.sh) and a bounded fuzz run of every
 # parser of user input (scripts/fuzz.sh). Both use ONE sanitized build (clang, with the libFuzzer
 # targets: ${SFTDP_ASAN_BUILD_DIR:-build-asan}), so the sources are compiled twice, not three times.
-# Extra arguments go to both ctest runs (e.g. -L mpi).
-# Measured on a shared 2-core machine (load 2-10): sanitized build 230 CPU-s (was 333 with gcc,
-# plus 95 for a separate fuzz build); sanitized suite 252 s wall (was 352 s with gcc); fuzzing
-# 4 x 20 s + 8 s. Before this, a fresh-clone CI run took ~18 min.
+# That sanitized build is also the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim): its suite
+# runs every GPU test on simulated GPUs, none skipped; the first (nvcc) build compiles the CUDA
+# sources for real and its GPU tests skip without a device. Extra arguments go to both ctest runs
+# (e.g. -L gpu). Fresh clone on a 2-core machine with the packages installed (2026-12-01): 860 s
+# in all (the same run before the simulator: 683 s): normal suite 158 s, sanitized suite 328 s
+# (157 s of it the GPU tests), fuzzing 85 s; the simulator adds <= 53 s to the sanitized build.
+# Earlier, on a shared 2-core machine (load 2-10): sanitized build 230 CPU-s (was 333 with gcc,
+# plus 95 for a separate fuzz build); sanitized suite 252 s wall (was 352 s with gcc).
 #   SFTDP_SANITIZERS=0      skip the sanitizer suite
 #   SFTDP_FUZZ_SECONDS=N    seconds per fuzz target (default 20; 0 skips fuzzing)
 set -euo pipefail

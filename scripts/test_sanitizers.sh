@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer: configures and builds
-# ${SFTDP_ASAN_BUILD_DIR:-build-asan} (clang, SFTDP_FUZZ=ON, which implies SFTDP_SANITIZE=ON; no
-# CUDA, no bench, no GPU tests), then runs CTest there. The same build holds the libFuzzer
+# The test suite under AddressSanitizer + UndefinedBehaviorSanitizer: configures and builds
+# ${SFTDP_ASAN_BUILD_DIR:-build-asan} (clang, SFTDP_FUZZ=ON, which implies SFTDP_SANITIZE=ON; the
+# CUDA simulator, SFTDP_CUDA_SIM=ON, so the GPU tests run too and ASan watches device memory; no
+# bench), then runs CTest there. The same build holds the libFuzzer
 # binaries that scripts/fuzz.sh runs, so CI compiles the sources twice (Release + this), not three
 # times. Any ASan/UBSan report or leak in our code fails the test it happens in; leaks inside
 # Open MPI and the libraries below it are suppressed by tests/sanitizers/lsan.supp. Extra
