@@ -173,7 +173,10 @@ def test_a_stopped_rank_ends_a_two_gpu_job(tmp_path, note):
     # The NCCL communicator polls its collective under collective_timeout_s and aborts NCCL (its
     # "GPU-CHECK" until now): rank 1 stopped, rank 0 names it and the job ends within the bound.
     from test_rank_stopped_mpi import BOUND_S, TIMEOUT_S, stop_one_rank
-    code, elapsed, out, step = stop_one_rank(str(tmp_path), 1, hardware="gpu", env_extra=GPUS)
+    # The smallest model: a simulated step (~0.8 s under ASan) must stay well below the 3 s deadline
+    # even on a loaded machine, or a slow rank would look stopped.
+    code, elapsed, out, step = stop_one_rank(str(tmp_path), 1, hardware="gpu", env_extra=GPUS,
+                                             model=dict(emb_dim=32, mlp_dim=64, num_heads=2))
     note(f"cuda e2e: rank 1 stopped after step {step} of a 2-GPU job: exit {code} {elapsed:.1f} s later")
     assert "hardware: gpu" in out, out[-2000:]
     assert code not in (None, 0), f"mpirun exits non-zero (got {code})"

@@ -17,15 +17,17 @@ TIMEOUT_S = 3
 BOUND_S = 20
 
 
-def stop_one_rank(d, victim, hardware="cpu", env_extra=None):
+def stop_one_rank(d, victim, hardware="cpu", env_extra=None, model=None):
     """Runs the job, SIGSTOPs rank `victim` after step 3; returns (exit status, seconds from the
     stop to mpirun's exit, mpirun's output, step at the stop). tests/integration/test_cuda_e2e.py
-    runs it with hardware=gpu on simulated GPUs (the NCCL communicator's deadline)."""
+    runs it with hardware=gpu on simulated GPUs (the NCCL communicator's deadline) and a smaller
+    `model` (keys over the default one), whose simulated steps stay well under the deadline."""
     if not os.path.exists(f"{d}/train.h5"):
         make_data(f"{d}/train.h5", 256, seed=1)
     # ~25-40 ms a step on 2 ranks: 2000 steps cannot finish before the stop.
+    model = model or dict(emb_dim=128, mlp_dim=512, num_heads=4)
     cfg = write_config(f"{d}/c.yml", **dict(
-        TINY_MODEL, emb_dim=128, mlp_dim=512, num_heads=4, run_name="r", base_output_directory=f"{d}/out",
+        TINY_MODEL, **model, run_name="r", base_output_directory=f"{d}/out",
         train_files=f"{d}/train.h5", max_target_length=16, global_batch_size=16, steps=2000,
         learning_rate=1e-3, checkpoint_period=0, hardware=hardware, seed=3, collective_timeout_s=TIMEOUT_S))
     run = f"{d}/out/stop{victim}"
