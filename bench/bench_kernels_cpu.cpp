@@ -77,7 +77,7 @@ int main() {
   std::vector<float> out(static_cast<size_t>(N) * F), out2(static_cast<size_t>(N) * 3 * C);
   std::vector<float> mean(N), rstd(N), dwte(static_cast<size_t>(V) * C), dwpe(static_cast<size_t>(maxT) * C);
   std::vector<float> dw(static_cast<size_t>(F) * C * 3), db(3 * C + F), dln(C), dln2(C);
-  std::vector<float> att(static_cast<size_t>(B) * NH * T * T), datt(att.size());
+  std::vector<float> lse(static_cast<size_t>(B) * NH * T);  // attention keeps (B,NH,T), no T×T
   std::vector<float> logits(static_cast<size_t>(N) * V), dwte_head(static_cast<size_t>(V) * C);
   std::vector<float> dinp_head(static_cast<size_t>(N) * C);
   cpu::matmul_fwd(logits.data(), x.data(), wte.data(), nullptr, N, C, V);
@@ -125,11 +125,10 @@ int main() {
   linear("attn.proj", C, C, bias.data());
   linear("mlp.fc", C, F, bias.data());
   linear("mlp.proj", F, C, bias.data());
-  row("attention_fwd (segments)", "B4 T64 NH4", L, 0, [&] {
-    cpu::attention_fwd(out.data(), att.data(), qkv.data(), seg.data(), B, T, NH, NH, C / NH);
-  });
+  row("attention_fwd (segments)", "B4 T64 NH4", L, 0,
+      [&] { cpu::attention_fwd(out.data(), lse.data(), qkv.data(), seg.data(), B, T, NH, NH, C / NH); });
   row("attention_bwd", "B4 T64 NH4", L, 0, [&] {
-    cpu::attention_bwd(out2.data(), datt.data(), dx.data(), qkv.data(), att.data(), B, T, NH, NH, C / NH);
+    cpu::attention_bwd(out2.data(), dx.data(), qkv.data(), out.data(), lse.data(), seg.data(), B, T, NH, NH, C / NH);
   });
   row("gelu_fwd", nf, L, 0, [&] { cpu::gelu_fwd(out.data(), h.data(), h.size()); });
   row("gelu_bwd", nf, L, 0, [&] { cpu::gelu_bwd(out.data(), h.data(), dx.data(), h.size()); });

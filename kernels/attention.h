@@ -1,39 +1,53 @@
-// kernels/attention.h — causal grouped-query self-attention, scaled by 1/sqrt(HS).
-// B batch, T seq, NH query heads, KVH key/value heads (NH % KVH == 0), HS head size.
+// kernels/attention.h — causal grouped-query self-attention, scaled by 1/sqrt(HS), that never stores
+// the T×T matrix (FlashAttention-2's contract: the forward keeps the output and each row's
+// log-sum-exp, the backward recomputes the scores from q, k and that lse).
+// B batch, T seq, NH query heads, KVH key/value heads (NH % KVH == 0), HS head size (<= 256).
 // qkv rows are QKV = (NH + 2·KVH)·HS wide: NH q heads, then KVH k heads, then KVH v heads.
 // Query head h reads k/v head h / (NH/KVH) (GQA; KVH == NH is multi-head attention, which is
 // GPT-2 with HS = C/NH). out rows are NH·HS wide.
 // With seg (segment ids, may be null) position t attends to t2 <= t only when
 // seg[t2] == seg[t]: attention never crosses a packed segment.
-// att holds the softmax probabilities (masked entries exactly 0), saved for backward.
-// Accumulation: dqkv = (overwritten; a k/v head's gradient sums its NH/KVH query heads in
-// increasing h). datt is scratch of att's shape.
+// lse[b,h,t] = log Σ_{t2 visible} exp(s(t,t2)), s the scaled score: what backward needs. The
+// backward also takes the forward's output: the CUDA twin's D = Σ_j P·dP is FlashAttention-2's
+// Σ dO·O; the CPU twin sums D from its own P and dP instead (kernels/cpu/attention.cpp says why).
+// Accumulation: out =, lse =; dqkv = (overwritten; a k/v head's gradient sums its NH/KVH query
+// heads in increasing h). Deterministic: no atomics, every sum in an order fixed by the shape.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace sftdp::cpu {
-void attention_fwd(float* out, float* att,                   // (B,T,NH·HS) (B,NH,T,T)
-                   const float* qkv, const int32_t* seg,     // (B,T,QKV) (B,T) or null
+void attention_fwd(float* out, float* lse,                // (B,T,NH·HS) (B,NH,T)
+                   const float* qkv, const int32_t* seg,  // (B,T,QKV) (B,T) or null
                    int B, int T, int NH, int KVH, int HS);
-void attention_bwd(float* dqkv, float* datt,                 // (B,T,QKV) = ; (B,NH,T,T) scratch
-                   const float* dout, const float* qkv,      // (B,T,NH·HS) (B,T,QKV)
-                   const float* att,                         // (B,NH,T,T)
+void attention_bwd(float* dqkv,                          // (B,T,QKV) =
+                   const float* dout, const float* qkv,  // (B,T,NH·HS) (B,T,QKV)
+                   const float* out, const float* lse,   // (B,T,NH·HS) (B,NH,T): attention_fwd's
+                   const int32_t* seg,                   // (B,T) or null
                    int B, int T, int NH, int KVH, int HS);
+// Bytes of the CPU twins' own working memory for this shape on `threads` threads (kept between
+// calls, grow-only): per thread a (128, 512) score tile and two (128, T) strips of P and dP, and in
+// backward one fp32 k and v gradient per query head when KVH < NH. Linear in T: what the memory
+// plan counts beside the activations.
+size_t attention_scratch_bytes(int B, int T, int NH, int KVH, int HS, int threads);
 }  // namespace sftdp::cpu
 
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
 #include <cuda_runtime.h>
 
-// The CUDA twins (kernels/cuda/<op>.cu): same arguments, all pointers in device memory, plus
-// the stream they are queued on. They match the sftdp::cpu twins within the tests' tolerance.
+// The CUDA twins (kernels/cuda/attention.cu): same arguments, all pointers in device memory, plus
+// the stream they are queued on. Tiles of keys and values in shared memory, fp32 accumulation; they
+// match the sftdp::cpu twins within the tests' tolerance.
 namespace sftdp::cuda {
-// cuBLAS(Lt) strided-batched GEMMs (always fp32) plus masked-softmax kernels.
-void attention_fwd(float* out, float* att,                   // (B,T,NH·HS) (B,NH,T,T)
-                   const float* qkv, const int32_t* seg,     // (B,T,QKV) (B,T) or null
-                   int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
-void attention_bwd(float* dqkv, float* datt,                 // (B,T,QKV) = ; (B,NH,T,T) scratch
-                   const float* dout, const float* qkv,      // (B,T,NH·HS) (B,T,QKV)
-                   const float* att,                         // (B,NH,T,T)
-                   int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+void attention_fwd(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH, int HS,
+                   cudaStream_t stream);
+void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                   const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+// dtype: bfloat16 (the cuda-bf16 Ops table): q, k, v and dout read rounded to bf16 (to nearest
+// even), all else fp32 — the fp32 twins above on bf16-rounded inputs, bit for bit.
+void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
+                        int HS, cudaStream_t stream);
+void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
 }  // namespace sftdp::cuda
 #endif

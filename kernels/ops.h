@@ -69,8 +69,9 @@ struct Ops {
   decltype(&cpu::bf16_unpack) bf16_unpack;
 };
 
-// What the Linear layers' GEMMs (matmul_fwd / matmul_bwd) read on the GPU: the fp32 inputs, or
-// copies rounded to bf16. Accumulation, outputs, bias and every other kernel stay fp32 either way.
+// What the Linear layers' GEMMs (matmul_fwd / matmul_bwd) and attention's q, k, v and dO read on
+// the GPU: the fp32 inputs, or copies rounded to bf16. Accumulation, outputs, bias, attention's
+// softmax and every other kernel stay fp32 either way.
 enum class GemmInputs { kFp32, kBf16 };
 
 // True for the table whose Linear GEMMs read bf16-rounded inputs (the table's name is its identity):

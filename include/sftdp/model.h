@@ -13,10 +13,11 @@
 // overwrites, and backward re-runs each block's forward (all but its last projection) right
 // before that block's backward. Same kernels, same inputs: results are bitwise those without.
 // With bf16 activations (dtype: bfloat16 on the GPU, without remat), the activations that only the
-// Linear layers' GEMMs read (the two norms' outputs, the attention output, the MLP's hidden layer
-// after GELU/SwiGLU) are kept per block as bf16; their fp32 buffers are one set all blocks share,
-// refilled from the bf16 copy before each block's backward. Those GEMMs read bf16-rounded inputs
-// anyway (GemmInputs::kBf16), so results are bitwise those of keeping them in fp32.
+// Linear layers' GEMMs read (the two norms' outputs and the MLP's hidden layer after GELU/SwiGLU;
+// not the attention output, which attention's backward reads too) are kept per block as bf16;
+// their fp32 buffers are one set all blocks share, refilled from the bf16 copy before each block's
+// backward. Those GEMMs read bf16-rounded inputs anyway (GemmInputs::kBf16), so results are
+// bitwise those of keeping them in fp32.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -200,6 +201,17 @@ class Model {
   int head_rows_ = 0;
   bool every_row_ = false;
 };
+
+// What make_model(d, ops, max_B, T, remat, bf16_activations) would allocate on ops's device, found
+// without allocating anything (the same constructors on a table whose alloc only counts): for the
+// memory plan checked before a run starts. Bytes; `other` is the micro-batch, the head's chunk
+// buffers and constant tables.
+struct Footprint {
+  size_t params = 0, grads = 0, activations = 0, other = 0;
+  size_t total() const { return params + grads + activations + other; }
+};
+Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
+                    bool bf16_activations = false);
 
 // The model of d's family, with activations for max_B rows of T tokens; remat: recompute each
 // block's activations in backward instead of keeping them for every block (config key remat);

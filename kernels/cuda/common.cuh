@@ -37,8 +37,7 @@ enum class Scratch : int {
   kGemmWorkspace,     // gemm.cu: cuBLASLt workspace
   kGemmA16,           // gemm.cu: bf16 copy of the first GEMM input
   kGemmB16,           // gemm.cu: bf16 copy of the second GEMM input
-  kAttnQKV,           // attention.cu: q, k, v permuted to (B,NH,T,HS)
-  kAttnY,             // attention.cu: y (fwd) or dO, dQ, dK, dV (bwd) in (B,NH,T,HS)
+  kAttnDelta,         // attention.cu: D = Σ P·dP per (b, h, t), backward
   kEncoderBuckets,    // encoder.cu: token/position buckets built on the host
   kCount
 };

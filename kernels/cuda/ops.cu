@@ -71,7 +71,8 @@ constexpr decltype(cpu_fn) on_stream() {
   return &Adapter::template run<cuda_fn>;
 }
 
-// The two tables differ only in the Linear layers' GEMM inputs (GemmInputs in kernels/ops.h).
+// The two tables differ only in the Linear layers' GEMM inputs (GemmInputs in kernels/ops.h) and
+// attention's q, k, v and dO, read as bf16 in the bf16 table.
 template <GemmInputs inputs>
 constexpr Ops make_cuda_ops() {
   constexpr bool bf16 = inputs == GemmInputs::kBf16;
@@ -93,8 +94,10 @@ constexpr Ops make_cuda_ops() {
                          : on_stream<&cpu::matmul_fwd, &cuda::matmul_fwd>(),
       .matmul_bwd = bf16 ? on_stream<&cpu::matmul_bwd, &cuda::matmul_bwd_bf16>()
                          : on_stream<&cpu::matmul_bwd, &cuda::matmul_bwd>(),
-      .attention_fwd = on_stream<&cpu::attention_fwd, &cuda::attention_fwd>(),
-      .attention_bwd = on_stream<&cpu::attention_bwd, &cuda::attention_bwd>(),
+      .attention_fwd = bf16 ? on_stream<&cpu::attention_fwd, &cuda::attention_fwd_bf16>()
+                            : on_stream<&cpu::attention_fwd, &cuda::attention_fwd>(),
+      .attention_bwd = bf16 ? on_stream<&cpu::attention_bwd, &cuda::attention_bwd_bf16>()
+                            : on_stream<&cpu::attention_bwd, &cuda::attention_bwd>(),
       .gelu_fwd = on_stream<&cpu::gelu_fwd, &cuda::gelu_fwd>(),
       .gelu_bwd = on_stream<&cpu::gelu_bwd, &cuda::gelu_bwd>(),
       .residual_fwd = on_stream<&cpu::residual_fwd, &cuda::residual_fwd>(),

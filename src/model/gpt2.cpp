@@ -10,10 +10,11 @@
 // shared buffers and scratch_btc, which is free then: the previous block's backward consumed it
 // (its last layernorm_bwd reads it), and ln_f's backward consumed d ln_f before the first block.
 // dresidual, which carries d residual3 of block l into its backward, is never touched.
-// bf16 activations (sftdp/model.h): ln1, atty, ln2 and fch_gelu, which only Linear GEMMs read,
-// are one fp32 set all layers share; forward packs each into the layer's bf16 copy right after it
-// is made (its GEMM reads the fp32 value and rounds it as the copy does), and backward unpacks
-// the four before the layer's backward. Nothing else reads them in between.
+// bf16 activations (sftdp/model.h): ln1, ln2 and fch_gelu, which only Linear GEMMs read, are one
+// fp32 set all layers share; forward packs each into the layer's bf16 copy right after it is made
+// (its GEMM reads the fp32 value and rounds it as the copy does), and backward unpacks the three
+// before the layer's backward. Nothing else reads them in between. atty stays fp32 per layer:
+// attention's backward reads it too (D = Σ dO·O), and a rounded O would change that gradient.
 #include <algorithm>
 #include <cstring>
 
@@ -28,13 +29,13 @@ namespace sftdp::model {
 struct Gpt2::Acts {
   struct Layer {
     float *ln1, *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
-    float *qkv, *atty, *att;           // (N,3C) (N,C) (B,NH,T,T)
+    float *qkv, *atty, *lse;           // (N,3C) (N,C) (B,NH,T): attention's log-sum-exp, not its T×T
     float *residual2;                  // (N,C)
     float *ln2, *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
     float *fch, *fch_gelu;             // (N,F) (N,F)
     float *residual3;                  // (N,C)
-    // bf16 activations only (else null): the layer's copies of ln1, atty, ln2, fch_gelu
-    uint16_t *ln1_16 = nullptr, *atty_16 = nullptr, *ln2_16 = nullptr, *fch_gelu_16 = nullptr;
+    // bf16 activations only (else null): the layer's copies of ln1, ln2, fch_gelu
+    uint16_t *ln1_16 = nullptr, *ln2_16 = nullptr, *fch_gelu_16 = nullptr;
   };
   std::vector<Layer> layers;
   float *encoded;                      // (N,C)
@@ -42,7 +43,7 @@ struct Gpt2::Acts {
   float *scratch_btc;                  // (N,C) attproj / fcproj forward; activation grads backward
   float *dresidual;                    // (N,C)
   float *dbtf_a, *dbtf_b;              // (N,F)
-  float *dqkv, *datt;                  // (N,3C) (B,NH,T,T)
+  float* dqkv;                         // (N,3C)
 };
 
 Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations)
@@ -59,12 +60,12 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool re
   lnf_w_ = layout_.find("ln_f.weight").offset, lnf_b_ = layout_.find("ln_f.bias").offset;
   acts_ = new Acts();
   auto& a = *acts_;
-  const size_t N = size_t(max_B) * T, C = d.C, F = d.F, att = size_t(max_B) * d.NH * T * T;
+  const size_t N = size_t(max_B) * T, C = d.C, F = d.F, lse = size_t(max_B) * d.NH * T;
   auto f = [&](size_t n) { return alloc_acts(n); };
   a.layers.resize(d.L);
   // Everything but residual3: the part remat shares (L copies without it, one with it).
-  const size_t shared = 7 * N * C + 4 * N + att + 2 * N * F;
-  const size_t gemm_only = 3 * N * C + N * F;  // ln1, atty, ln2, fch_gelu: bf16 copies with bf16 activations
+  const size_t shared = 7 * N * C + 4 * N + lse + 2 * N * F;
+  const size_t gemm_only = 2 * N * C + N * F;  // ln1, ln2, fch_gelu: bf16 copies with bf16 activations
   for (int i = 0; i < d.L; ++i) {
     auto& l = a.layers[i];
     if (remat && i > 0) {
@@ -72,13 +73,13 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool re
     } else {
       const Acts::Layer* first = bf16_acts_ && i > 0 ? &a.layers[0] : nullptr;  // the shared fp32 set
       l.ln1 = first ? first->ln1 : f(N * C), l.ln1_mean = f(N), l.ln1_rstd = f(N);
-      l.qkv = f(N * 3 * C), l.atty = first ? first->atty : f(N * C), l.att = f(att);
+      l.qkv = f(N * 3 * C), l.atty = f(N * C), l.lse = f(lse);
       l.residual2 = f(N * C);
       l.ln2 = first ? first->ln2 : f(N * C), l.ln2_mean = f(N), l.ln2_rstd = f(N);
       l.fch = f(N * F), l.fch_gelu = first ? first->fch_gelu : f(N * F);
       if (bf16_acts_) {
-        l.ln1_16 = alloc_acts_bf16(N * C), l.atty_16 = alloc_acts_bf16(N * C);
-        l.ln2_16 = alloc_acts_bf16(N * C), l.fch_gelu_16 = alloc_acts_bf16(N * F);
+        l.ln1_16 = alloc_acts_bf16(N * C), l.ln2_16 = alloc_acts_bf16(N * C);
+        l.fch_gelu_16 = alloc_acts_bf16(N * F);
       }
     }
     l.residual3 = f(N * C);
@@ -91,7 +92,7 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool re
   a.lnf = f(N * C), a.lnf_mean = f(N), a.lnf_rstd = f(N);
   a.scratch_btc = f(N * C), a.dresidual = f(N * C);
   a.dbtf_a = f(N * F), a.dbtf_b = f(N * F);
-  a.dqkv = f(N * 3 * C), a.datt = f(att);
+  a.dqkv = f(N * 3 * C);
   hidden_ = a.lnf, dhidden_ = a.scratch_btc, head_ = wte_;  // LM head tied to wte, no bias
 }
 
@@ -118,8 +119,7 @@ void Gpt2::block_forward(int l, int B, bool through_output) {
   o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
   if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, NC);
   o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-  o.attention_fwd(x.atty, x.att, x.qkv, io_.seg(), B, T, NH, NH, C / NH);
-  if (x.atty_16) o.bf16_pack(x.atty_16, x.atty, NC);
+  o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, NH, C / NH);
   o.matmul_fwd(a.scratch_btc, x.atty, w.projw, w.projb, N, C, C);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, NC);
   o.layernorm_fwd(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
@@ -158,8 +158,8 @@ void Gpt2::run_backward(int B) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
     if (x.ln1_16) {  // bf16 activations: this layer's GEMM inputs back into the shared fp32 set
-      o.bf16_unpack(x.ln1, x.ln1_16, size_t(N) * C), o.bf16_unpack(x.atty, x.atty_16, size_t(N) * C);
-      o.bf16_unpack(x.ln2, x.ln2_16, size_t(N) * C), o.bf16_unpack(x.fch_gelu, x.fch_gelu_16, size_t(N) * F);
+      o.bf16_unpack(x.ln1, x.ln1_16, size_t(N) * C), o.bf16_unpack(x.ln2, x.ln2_16, size_t(N) * C);
+      o.bf16_unpack(x.fch_gelu, x.fch_gelu_16, size_t(N) * F);
     }
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     const auto w = layer_params(layer_offsets_[l], p);
@@ -173,7 +173,7 @@ void Gpt2::run_backward(int B) {
                     x.ln2_mean, x.ln2_rstd, N, C);
     // a.dresidual = d residual2; the attention branch
     o.matmul_bwd(a.scratch_btc, mut(dw.projw), mut(dw.projb), a.dresidual, x.atty, w.projw, N, C, C);
-    o.attention_bwd(a.dqkv, a.datt, a.scratch_btc, x.qkv, x.att, B, T, NH, NH, C / NH);
+    o.attention_bwd(a.dqkv, a.scratch_btc, x.qkv, x.atty, x.lse, io_.seg(), B, T, NH, NH, C / NH);
     o.matmul_bwd(a.scratch_btc, mut(dw.qkvw), mut(dw.qkvb), a.dqkv, x.ln1, w.qkvw, N, C, 3 * C);
     o.layernorm_bwd(a.dresidual, mut(dw.ln1w), mut(dw.ln1b), a.scratch_btc, residual, w.ln1w,
                     x.ln1_mean, x.ln1_rstd, N, C);

@@ -12,7 +12,8 @@
 // and backward re-runs block l's forward up to fch_act before block l's backward (l < L-1). That
 // writes the shared buffers and scratch_btc only; scratch_btc is free then (the previous block's
 // last rmsnorm_bwd, or rmsnorm_f's backward, consumed it) and dresidual is never touched.
-// bf16 activations: as GPT-2's (gpt2.cpp), for ln1, atty, ln2 and fch_act.
+// bf16 activations: as GPT-2's (gpt2.cpp), for ln1, ln2 and fch_act (atty stays fp32: attention's
+// backward reads it).
 #include <algorithm>
 #include <climits>
 
@@ -35,13 +36,13 @@ struct Llama::Acts {
     float *ln1, *ln1_rstd;         // (N,C) (N)
     float *qkv_raw, *qk_rstd;      // (N,QKV) (N,NH+KVH): before the q/k norm (Qwen3 only)
     float *qkv;                    // (N,QKV) as attention reads it: normed (Qwen3), rotated
-    float *atty, *att;             // (N,A) (B,NH,T,T)
+    float *atty, *lse;             // (N,A) (B,NH,T): attention's log-sum-exp, not its T×T
     float *residual2;              // (N,C)
     float *ln2, *ln2_rstd;         // (N,C) (N)
     float *fch, *fch_act;          // (N,2F) (N,F)
     float *residual3;              // (N,C)
-    // bf16 activations only (else null): the layer's copies of ln1, atty, ln2, fch_act
-    uint16_t *ln1_16 = nullptr, *atty_16 = nullptr, *ln2_16 = nullptr, *fch_act_16 = nullptr;
+    // bf16 activations only (else null): the layer's copies of ln1, ln2, fch_act
+    uint16_t *ln1_16 = nullptr, *ln2_16 = nullptr, *fch_act_16 = nullptr;
   };
   std::vector<Layer> layers;
   float *encoded;                  // (N,C)
@@ -50,7 +51,7 @@ struct Llama::Acts {
   float *scratch_bta;              // (N,A) d atty
   float *dresidual;                // (N,C)
   float *dfch, *dact;              // (N,2F) (N,F)
-  float *dqkv, *dqkv_raw, *datt;   // (N,QKV) (N,QKV) (B,NH,T,T)
+  float *dqkv, *dqkv_raw;          // (N,QKV) (N,QKV)
   float *inv_freq;                 // (HS/2)
 };
 
@@ -81,12 +82,12 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool 
   acts_ = new Acts();
   auto& a = *acts_;
   const size_t N = size_t(max_B) * T, C = d.C, F = d.F, QKV = d.qkv_dim(), A = d.attn_dim();
-  const size_t att = size_t(max_B) * d.NH * T * T, heads = size_t(d.NH) + d.kv_heads();
+  const size_t lse = size_t(max_B) * d.NH * T, heads = size_t(d.NH) + d.kv_heads();
   auto f = [&](size_t n) { return alloc_acts(n); };
   a.layers.resize(d.L);
   // Everything but residual3: the part remat shares (L copies without it, one with it).
-  const size_t shared = 3 * N * C + 2 * N + (d.qk_norm ? N * QKV + N * heads : 0) + N * QKV + N * A + att + 3 * N * F;
-  const size_t gemm_only = 2 * N * C + N * A + N * F;  // ln1, ln2, atty, fch_act
+  const size_t shared = 3 * N * C + 2 * N + (d.qk_norm ? N * QKV + N * heads : 0) + N * QKV + N * A + lse + 3 * N * F;
+  const size_t gemm_only = 2 * N * C + N * F;  // ln1, ln2, fch_act
   for (int i = 0; i < d.L; ++i) {
     auto& l = a.layers[i];
     if (remat && i > 0) {
@@ -97,13 +98,13 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool 
       l.qkv_raw = d.qk_norm ? f(N * QKV) : nullptr;
       l.qk_rstd = d.qk_norm ? f(N * heads) : nullptr;
       l.qkv = f(N * QKV);
-      l.atty = first ? first->atty : f(N * A), l.att = f(att);
+      l.atty = f(N * A), l.lse = f(lse);
       l.residual2 = f(N * C);
       l.ln2 = first ? first->ln2 : f(N * C), l.ln2_rstd = f(N);
       l.fch = f(N * 2 * F), l.fch_act = first ? first->fch_act : f(N * F);
       if (bf16_acts_) {
-        l.ln1_16 = alloc_acts_bf16(N * C), l.atty_16 = alloc_acts_bf16(N * A);
-        l.ln2_16 = alloc_acts_bf16(N * C), l.fch_act_16 = alloc_acts_bf16(N * F);
+        l.ln1_16 = alloc_acts_bf16(N * C), l.ln2_16 = alloc_acts_bf16(N * C);
+        l.fch_act_16 = alloc_acts_bf16(N * F);
       }
     }
     l.residual3 = f(N * C);
@@ -116,7 +117,7 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool 
   a.lnf = f(N * C), a.lnf_rstd = f(N);
   a.scratch_btc = f(N * C), a.scratch_bta = f(N * A), a.dresidual = f(N * C);
   a.dfch = f(N * 2 * F), a.dact = f(N * F);
-  a.dqkv = f(N * QKV), a.dqkv_raw = d.qk_norm ? f(N * QKV) : nullptr, a.datt = f(att);
+  a.dqkv = f(N * QKV), a.dqkv_raw = d.qk_norm ? f(N * QKV) : nullptr;
   const auto inv_freq = rope_inv_freq(d);
   a.inv_freq = alloc_floats(inv_freq.size());  // a constant table, not an activation
   ops_.to_device(a.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float));
@@ -155,8 +156,7 @@ void Llama::block_forward(int l, int B, bool through_output) {
     o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
   }
   o.rope_fwd(x.qkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
-  o.attention_fwd(x.atty, x.att, x.qkv, io_.seg(), B, T, NH, KVH, HS);
-  if (x.atty_16) o.bf16_pack(x.atty_16, x.atty, size_t(N) * A);
+  o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, KVH, HS);
   o.matmul_fwd(a.scratch_btc, x.atty, w.proj, nullptr, N, A, C);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
   o.rmsnorm_fwd(x.ln2, x.ln2_rstd, x.residual2, w.ln2, N, C, eps);
@@ -196,8 +196,8 @@ void Llama::run_backward(int B) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
     if (x.ln1_16) {  // bf16 activations: this layer's GEMM inputs back into the shared fp32 set
-      o.bf16_unpack(x.ln1, x.ln1_16, size_t(N) * C), o.bf16_unpack(x.atty, x.atty_16, size_t(N) * A);
-      o.bf16_unpack(x.ln2, x.ln2_16, size_t(N) * C), o.bf16_unpack(x.fch_act, x.fch_act_16, size_t(N) * F);
+      o.bf16_unpack(x.ln1, x.ln1_16, size_t(N) * C), o.bf16_unpack(x.ln2, x.ln2_16, size_t(N) * C);
+      o.bf16_unpack(x.fch_act, x.fch_act_16, size_t(N) * F);
     }
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     const auto w = layer_ptrs(layer_offsets_[l], p);
@@ -209,7 +209,7 @@ void Llama::run_backward(int B) {
     o.rmsnorm_bwd(a.dresidual, dw.ln2, a.scratch_btc, x.residual2, w.ln2, x.ln2_rstd, N, C);
     // a.dresidual = d residual2; the attention branch
     o.matmul_bwd(a.scratch_bta, dw.proj, nullptr, a.dresidual, x.atty, w.proj, N, A, C);
-    o.attention_bwd(a.dqkv, a.datt, a.scratch_bta, x.qkv, x.att, B, T, NH, KVH, HS);
+    o.attention_bwd(a.dqkv, a.scratch_bta, x.qkv, x.atty, x.lse, io_.seg(), B, T, NH, KVH, HS);
     o.rope_bwd(a.dqkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
     const float* dqkv_linear = a.dqkv;  // gradient at the qkv projection's output
     if (d_.qk_norm) {

@@ -34,6 +34,40 @@ std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, in
   return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations);
 }
 
+namespace {
+// The counting table of footprint(): allocations are counted and get distinct addresses that are
+// never touched; copies and fills do nothing. One model is measured at a time per thread.
+thread_local size_t t_counted = 0;
+thread_local uintptr_t t_next_address = 0;
+void* counting_alloc(size_t bytes) {
+  t_counted += bytes;
+  t_next_address += 256 + (bytes + 255) / 256 * 256;
+  return reinterpret_cast<void*>(t_next_address);
+}
+}  // namespace
+
+Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations) {
+  Ops counting = ops;  // the device's name and kernels, so that the constructors take the same paths
+  counting.alloc = counting_alloc;
+  counting.free = [](void*) {};
+  counting.zero = [](void*, size_t) {};
+  counting.to_device = [](void*, const void*, size_t) {};
+  counting.to_host = [](void*, const void*, size_t) {};
+  counting.copy = [](void*, const void*, size_t) {};
+  counting.synchronize = [] {};
+  t_counted = 0;
+  t_next_address = 0x100000;
+  Footprint f;
+  {
+    const auto m = make_model(d, counting, max_B, T, remat, bf16_activations);
+    f.params = m->layout().total * sizeof(float);
+    f.grads = m->grad_buffer_floats() * sizeof(float);
+    f.activations = m->activation_bytes();
+  }
+  f.other = t_counted - f.params - f.grads - f.activations;
+  return f;
+}
+
 Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
              bool bf16_activations)
     : d_(d),

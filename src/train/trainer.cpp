@@ -5,8 +5,10 @@
 // reduce-scatter replaces the allreduce, each rank updates its shard and the parameters are
 // all-gathered (optim::AdamW). allreduce_overlap (zero_stage 0) splits the allreduce into
 // per-bucket ones started during the last micro-step's backward. Rank 0 writes metrics and checkpoints. Everything that can be wrong with the input is checked before anything is written.
-#include <chrono>
+#include <omp.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -19,6 +21,7 @@
 #include "sftdp/train.h"
 #include "train/device.h"
 #include "train/evaluate.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/param_check.h"
 #include "train/run_state.h"
@@ -73,6 +76,14 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
                     " rows per step, but train_files hold only " + std::to_string(train_data.rows()));
   const int64_t total_steps =
       cfg.steps > 0 ? cfg.steps : std::max<int64_t>(cfg.num_epochs, 1) * steps_per_epoch;
+  // What this rank will hold against what its node offers, before anything is allocated or written
+  // (memory_plan.h): too much is an error line naming the figures and what would fit, on every rank.
+  const Available available = available_memory(dev.gpu, mpi);
+  MemoryPlan memory;
+  comm::agree_on_user_errors([&] {
+    memory =
+        check_memory(cfg, plan, dims, *dev.ops, available, comm.rank(), comm.world(), dev.gpu, omp_get_max_threads());
+  });
   const RunPaths paths = paths_of(cfg);
   check_output_directory(cfg, paths, comm);
 
@@ -95,6 +106,11 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
             model.layout().total);
   // The activation memory either way, so that the log shows what remat saves (or would).
   const size_t act = model.activation_bytes(), saved = model.remat_saved_bytes();
+  if (available.known)
+    log::info("memory: this rank needs %s of %.1f MiB available (%s)", memory.describe().c_str(),
+              static_cast<double>(available.bytes) / (1 << 20), available.what.c_str());
+  else
+    log::info("memory: this rank needs %s (what is available is unknown: not checked)", memory.describe().c_str());
   log::info("activations: %.3f MiB on this rank, remat %s%s (%.3f MiB with remat %s)", act / 1048576.0,
             cfg.remat ? "true" : "false", model.bf16_activations() ? ", GEMM inputs kept as bf16" : "",
             (cfg.remat ? act + saved : act - saved) / 1048576.0, cfg.remat ? "false" : "true");

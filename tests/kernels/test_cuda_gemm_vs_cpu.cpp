@@ -2,9 +2,8 @@
 // twins: Linear forward/backward in fp32 (≤ 1e-4 relative: TF32 would miss that at K = 768) and
 // with bf16 GEMM inputs (the CUDA table for GemmInputs::kBf16: ≤ 1e-2, and visibly not fp32), at
 // odd leading dimensions (257, 5003, 50257: the bf16 copies' padded rows) and with a bias that is
-// only 4-byte aligned (the unfused bias kernel); causal attention with and without packed segments
-// (probabilities element-wise within 1e-5 relative, masked ones exactly 0). Outputs poisoned before
-// each launch, two CUDA runs bitwise equal. Skips without a device.
+// only 4-byte aligned (the unfused bias kernel). Outputs poisoned before each launch, two CUDA runs
+// bitwise equal. Skips without a device (attention: test_cuda_attention.cpp).
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -101,71 +100,6 @@ INSTANTIATE_TEST_SUITE_P(Bf16, CudaMatmul,
                                            MatmulCase{9, 257, 257, true, true, 2},
                                            MatmulCase{5, 5003, 257, true, true},
                                            MatmulCase{17, 64, 50257, false, true}),
-                         NameFromParam());
-
-// ---- Attention ---------------------------------------------------------------------------------
-struct AttentionCase {
-  int B, T, C, NH;
-  bool segments;  // packed rows: nondecreasing segment ids, padding (0) at the end
-};
-std::string test_name(const AttentionCase& c) {
-  std::string name = shape_name({{"B", c.B}, {"T", c.T}, {"C", c.C}, {"NH", c.NH}});
-  if (c.segments) name += "_seg";
-  return name;
-}
-void PrintTo(const AttentionCase& c, std::ostream* os) { *os << test_name(c); }
-class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
-
-TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
-  SFTDP_REQUIRE_CUDA(ops);
-  const auto [B_, T_, C_, NH_, segments_] = GetParam();
-  // named copies: lambdas below capture them (clang 14 cannot capture structured bindings)
-  const auto B = B_;
-  const auto T = T_;
-  const auto C = C_;
-  const auto NH = NH_;
-  const auto segments = segments_;
-  const size_t BTC = static_cast<size_t>(B) * T * C, ATT = static_cast<size_t>(B) * NH * T * T;
-  const auto qkv = uniform(3 * BTC, 71), dout = uniform(BTC, 72);
-  const auto seg = packed_segments(B, T, 73);
-  const int32_t* seg_host = segments ? seg.data() : nullptr;
-  std::vector<float> out(BTC), att(ATT), dqkv(3 * BTC), datt(ATT);
-  const int HS = C / NH;  // multi-head attention: KVH = NH
-  cpu_ops().attention_fwd(out.data(), att.data(), qkv.data(), seg_host, B, T, NH, NH, HS);
-  cpu_ops().attention_bwd(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NH, HS);
-
-  DeviceBuffer<float> d_qkv(*ops, qkv), d_dout(*ops, dout), d_out(*ops, BTC), d_att(*ops, ATT),
-      d_dqkv(*ops, 3 * BTC), d_datt(*ops, ATT);
-  DeviceBuffer<int32_t> d_seg(*ops, seg);
-  const int32_t* seg_dev = segments ? d_seg.get() : nullptr;
-  const Outputs got = run_twice_same_bits([&] {
-    d_out.poison(); d_att.poison(); d_dqkv.poison(); d_datt.poison();
-    ops->attention_fwd(d_out.get(), d_att.get(), d_qkv.get(), seg_dev, B, T, NH, NH, HS);
-    ops->attention_bwd(d_dqkv.get(), d_datt.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, NH, NH, HS);
-    return Outputs{d_out.download(), d_att.download(), d_dqkv.download()};
-  });
-  EXPECT_TRUE(close_rel(got[0], out, kGemmRel));
-  // Probabilities element-wise (each is a quotient: no cancellation); a tolerance scaled by the
-  // row's largest probability would let a 3% error in the small ones pass. Why 1e-5 holds:
-  // test_attention.cpp checks the CPU twin is within half of it of fp64 on these inputs.
-  EXPECT_TRUE(allclose(got[1], att, kSoftmaxAtol, kSoftmaxRtol));
-  EXPECT_TRUE(close_rel(got[2], dqkv, kGemmRel));
-
-  // Masked probabilities are exactly 0: above the diagonal and across segments.
-  size_t nonzero_masked = 0;
-  for (size_t row = 0; row < static_cast<size_t>(B) * NH * T; ++row) {
-    const size_t t = row % T, b = row / (static_cast<size_t>(T) * NH);
-    for (size_t t2 = 0; t2 < static_cast<size_t>(T); ++t2) {
-      const bool masked = t2 > t || (segments && seg[b * T + t2] != seg[b * T + t]);
-      if (masked && got[1][row * T + t2] != 0.f) ++nonzero_masked;
-    }
-  }
-  EXPECT_EQ(nonzero_masked, 0u);
-}
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
-                         ::testing::Values(AttentionCase{1, 1, 8, 2, false}, AttentionCase{2, 7, 12, 3, true},
-                                           AttentionCase{2, 64, 64, 4, true}, AttentionCase{1, 130, 96, 2, false},
-                                           AttentionCase{3, 33, 48, 4, true}),
                          NameFromParam());
 
 }  // namespace

@@ -40,8 +40,8 @@ TEST(CudaOpsMemory, AllocZeroFillsAndCopiesRoundTrip) {
 }
 
 // The two CUDA tables: every entry set, one shared stream (the NCCL communicator orders itself
-// after it), the same kernels except the Linear layers' GEMMs.
-TEST(CudaOpsTables, ShareStreamAndDifferOnlyInLinearGemms) {
+// after it), the same kernels except the Linear layers' GEMMs and attention (bf16 inputs).
+TEST(CudaOpsTables, ShareStreamAndDifferOnlyInLinearGemmsAndAttention) {
   SFTDP_REQUIRE_CUDA(fp32);
   const Ops* bf16 = cuda_ops(GemmInputs::kBf16);
   ASSERT_NE(bf16, nullptr);
@@ -53,8 +53,10 @@ TEST(CudaOpsTables, ShareStreamAndDifferOnlyInLinearGemms) {
   }
   EXPECT_NE(fp32->stream(), nullptr);
   EXPECT_EQ(bf16->stream(), fp32->stream());
-  EXPECT_EQ(bf16->attention_fwd, fp32->attention_fwd);
+  EXPECT_EQ(bf16->layernorm_fwd, fp32->layernorm_fwd);
   EXPECT_EQ(bf16->cross_entropy_fwd_bwd, fp32->cross_entropy_fwd_bwd);
+  EXPECT_NE(bf16->attention_fwd, fp32->attention_fwd);
+  EXPECT_NE(bf16->attention_bwd, fp32->attention_bwd);
   EXPECT_NE(bf16->matmul_fwd, fp32->matmul_fwd);
   EXPECT_NE(bf16->matmul_bwd, fp32->matmul_bwd);
 }

@@ -159,23 +159,24 @@ struct ActFloats {
 };
 
 ActFloats act_floats(const config::ModelDims& d, size_t max_B) {
-  const size_t N = max_B * kT, C = d.C, F = d.F, L = d.L, att = max_B * d.NH * kT * kT;
+  // lse: attention keeps (B,NH,T) log-sum-exps, no (B,NH,T,T) matrix and no T×T scratch
+  const size_t N = max_B * kT, C = d.C, F = d.F, L = d.L, lse = max_B * d.NH * kT;
   if (d.block == config::Block::kGpt2) {
-    // ln1 (N,C)+(N)+(N), qkv (N,3C), atty (N,C), att, residual2 (N,C), ln2 (N,C)+(N)+(N), fch and fch_gelu (N,F)
-    const size_t shared = N * C + 2 * N + 3 * N * C + N * C + att + N * C + N * C + 2 * N + 2 * N * F;
-    // residual3 per layer; encoded, ln_f (+mean, rstd), scratch_btc, dresidual, dbtf_a/b, dqkv, datt
-    const size_t rest = L * N * C + N * C + (N * C + 2 * N) + N * C + N * C + 2 * N * F + 3 * N * C + att;
+    // ln1 (N,C)+(N)+(N), qkv (N,3C), atty (N,C), lse, residual2 (N,C), ln2 (N,C)+(N)+(N), fch and fch_gelu (N,F)
+    const size_t shared = N * C + 2 * N + 3 * N * C + N * C + lse + N * C + N * C + 2 * N + 2 * N * F;
+    // residual3 per layer; encoded, ln_f (+mean, rstd), scratch_btc, dresidual, dbtf_a/b, dqkv
+    const size_t rest = L * N * C + N * C + (N * C + 2 * N) + N * C + N * C + 2 * N * F + 3 * N * C;
     return {shared, rest};
   }
   const size_t QKV = d.qkv_dim(), A = d.attn_dim(), heads = size_t(d.NH) + d.kv_heads();
-  // ln1 (N,C)+(N), qkv_raw and qk_rstd (Qwen3), qkv, atty (N,A), att, residual2, ln2 (N,C)+(N),
+  // ln1 (N,C)+(N), qkv_raw and qk_rstd (Qwen3), qkv, atty (N,A), lse, residual2, ln2 (N,C)+(N),
   // fch (N,2F), fch_act (N,F)
-  const size_t shared = N * C + N + (d.qk_norm ? N * QKV + N * heads : 0) + N * QKV + N * A + att + N * C +
-                        N * C + N + 2 * N * F + N * F;
+  const size_t shared =
+      N * C + N + (d.qk_norm ? N * QKV + N * heads : 0) + N * QKV + N * A + lse + N * C + N * C + N + 2 * N * F + N * F;
   // residual3 per layer; encoded, ln_f (+rstd), scratch_btc, scratch_bta, dresidual, dfch, dact, dqkv,
-  // dqkv_raw (Qwen3), datt
-  const size_t rest = L * N * C + N * C + (N * C + N) + N * C + N * A + N * C + 2 * N * F + N * F + N * QKV +
-                      (d.qk_norm ? N * QKV : 0) + att;
+  // dqkv_raw (Qwen3)
+  const size_t rest =
+      L * N * C + N * C + (N * C + N) + N * C + N * A + N * C + 2 * N * F + N * F + N * QKV + (d.qk_norm ? N * QKV : 0);
   return {shared, rest};
 }
 
