@@ -6,7 +6,7 @@ PKGS=(cmake g++ make openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libopenbl
       libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
       python3 python3-numpy python3-h5py python3-yaml python3-torch python3-pytest
       python3-venv python3-pip python3-matplotlib
-      clang libclang-rt-14-dev libomp-dev)
+      clang libclang-rt-14-dev libomp-dev libboost-context-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
