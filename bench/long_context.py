@@ -12,7 +12,8 @@ off, runs alternating between the two for --rounds rounds; each run's last step 
 side's best run (the least disturbed by other jobs on the machine) is compared, the median beside it.
 
 Needs GNU time (/usr/bin/time) and Debian's python3-h5py. Each run: hardware=cpu, synthetic rows of
-T tokens (loss on the second half), per_device_batch_size 1, no eval, no checkpoint until the end."""
+T tokens (loss on the second half), per_device_batch_size 1, no eval, no checkpoint until the end;
+max_position_embeddings raised to T past the preset's 8192 (RoPE: a limit, not a table)."""
 import argparse
 import os
 import re
@@ -46,7 +47,7 @@ def run(T, remat, steps, work, build=BUILD):
     out = tempfile.mkdtemp(prefix=f"out_{T}_{int(remat)}_", dir=work)  # fresh: never a resume
     rss = f"{out}/peak_rss"
     cmd = ["/usr/bin/time", "-f", "%M", "-o", rss, f"{build}/sft_train", f"{ROOT}/configs/reference.yml",
-           "model_name=smollm2-135m", f"max_target_length={T}", "per_device_batch_size=1", "global_batch_size=null",
+           "model_name=smollm2-135m", f"max_target_length={T}", f"max_position_embeddings={max(T, 8192)}", "per_device_batch_size=1", "global_batch_size=null",
            f"train_files=[{data}]", "eval_files=[]", f"steps={steps}", "checkpoint_period=0", "hardware=cpu",
            f"remat={'true' if remat else 'false'}", f"base_output_directory={out}", "run_name=r", "log_period=1",
            "load_parameters_path="]
