@@ -95,6 +95,7 @@ def main():
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--baseline", help="another build directory whose sft_train this one is compared with")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--remat", choices=["both", "off", "on"], default="both", help="which runs of each T")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="sftdp_long_")
     if args.baseline:
@@ -105,7 +106,7 @@ def main():
     print("| T | remat | step (s) | tokens/s | peak RSS (GiB) | activations (MiB, logged) | memory plan | note |")
     print("|---:|:---:|---:|---:|---:|---:|---:|---|")
     for T in args.T:
-        for remat in (False, True):
+        for remat in {"both": (False, True), "off": (False,), "on": (True,)}[args.remat]:
             r = run(T, remat, args.steps, work)
             step = f"{r['step_s']:.2f}" if r["step_s"] else "—"
             tps = f"{T / r['step_s']:.0f}" if r["step_s"] else "—"
