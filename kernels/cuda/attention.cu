@@ -104,8 +104,7 @@ __device__ QueryRow query_row(const float* qkv, const int32_t* seg, int T, int N
 // f(k, v) for every key row t may see, in increasing order: key tiles up to the block's last row
 // through shared memory (`tile`, kTileFloats), a tile no row of the block may see skipped.
 template <bool kBf16, class F>
-__device__ void for_each_visible_key(const QueryRow& r, float* tile, int* flag, int T, int NH, int KVH, int HS,
-                                     F f) {
+__device__ void for_each_visible_key(const QueryRow& r, float* tile, int* flag, int T, int NH, int KVH, int HS, F f) {
   const int Bk = tile_rows(HS);
   for (int c0 = 0; c0 < r.r1; c0 += Bk) {
     const int n = min(Bk, T - c0);
