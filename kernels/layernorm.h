@@ -2,6 +2,7 @@
 // mean/rstd are always fp32 and saved for backward.
 // Accumulation: dweight, dbias +=; dinp += as well, because dinp is the residual stream's
 // gradient and the block's other branch has already written it (saves one pass, as llm.c).
+// Frozen weights (LoRA): dweight and dbias both null, not computed.
 #pragma once
 
 namespace sftdp::cpu {

@@ -1,5 +1,6 @@
 // kernels/matmul.h — Linear layer out = inp · weightᵀ + bias, PyTorch layout (weight is [OC, IC]).
-// N rows (= B*T), IC in channels, OC out channels. bias / dbias may be null.
+// N rows (= B*T), IC in channels, OC out channels. bias / dbias may be null; dweight may be null
+// (a frozen weight under LoRA: no weight gradient is computed).
 // Accumulation: dweight, dbias +=; dinp = (overwritten).
 // The CPU twin calls cblas_sgemm (OpenBLAS); matmul_fwd_naive is the plain-loop reference tests trust.
 #pragma once

@@ -18,6 +18,7 @@
 #include "kernels/gather.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/lora.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 #include "kernels/rmsnorm.h"
@@ -67,9 +68,12 @@ struct Ops {
   decltype(&cpu::sum_squares) sum_squares;
   decltype(&cpu::bf16_pack) bf16_pack;  // bf16 activation storage (dtype: bfloat16)
   decltype(&cpu::bf16_unpack) bf16_unpack;
+  decltype(&cpu::lora_fwd) lora_fwd;  // LoRA adapters (issue 17): Linear-layer GEMMs, as matmul
+  decltype(&cpu::lora_bwd) lora_bwd;
+  decltype(&cpu::lora_dropout) lora_dropout;
 };
 
-// What the Linear layers' GEMMs (matmul_fwd / matmul_bwd) and attention's q, k, v and dO read on
+// What the Linear layers' GEMMs (matmul_fwd / matmul_bwd, lora_fwd / lora_bwd) and attention's q, k, v and dO read on
 // the GPU: the fp32 inputs, or copies rounded to bf16. Accumulation, outputs, bias, attention's
 // softmax and every other kernel stay fp32 either way.
 enum class GemmInputs { kFp32, kBf16 };

@@ -3,6 +3,7 @@
 // qk_rmsnorm is Qwen3's per-head RMSNorm of the q and k heads inside fused qkv rows.
 // Accumulation: rmsnorm_bwd: dinp += (the residual stream's gradient, as layernorm_bwd), dweight +=.
 // qk_rmsnorm_bwd: dqkv = (overwritten, v columns copied from dout), dq_weight += , dk_weight +=.
+// Frozen weights (LoRA): dweight null, or dq_weight and dk_weight both null: not computed.
 #pragma once
 namespace sftdp::cpu {
 void rmsnorm_fwd(float* out, float* rstd,                          // (N,C) (N)

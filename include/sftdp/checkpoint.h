@@ -1,7 +1,8 @@
 // sftdp/checkpoint.h — SPEC §5 checkpoint files. A checkpoint holds /params/<name>,
 // /opt/m/<name>, /opt/v/<name> (float32, SPEC names and shapes) and root attributes step,
 // epoch, step_in_epoch (the data cursor: global, not per rank), global_batch (the G the cursor
-// counts in), optimizer_updates (AdamW's t) and config (resolved YAML).
+// counts in), optimizer_updates (AdamW's t) and config (resolved YAML); a LoRA checkpoint holds
+// the adapters instead of the model and names its base (lora_base, lora_base_hash).
 // Writes are atomic: a temporary name in the same directory, then rename(2).
 // Reading validates names, shapes and types and throws UserError naming the file and tensor.
 #pragma once
@@ -21,6 +22,9 @@ struct TrainState {
   int64_t global_batch = 0;   // G the cursor counts in (rows per step); 0 = unknown
   int64_t optimizer_updates = 0;  // AdamW updates applied (skipped steps make none): bias correction t
   std::string config_yaml;
+  // LoRA checkpoints (issue 17): /params and /opt hold the adapters, and these root attributes
+  // name the frozen base they were trained on (model::base_identity); "" in a full fine-tune's.
+  std::string lora_base, lora_base_hash;
 };
 
 // <dir>/step_<S>.h5, written atomically. params, m, v are host buffers of layout.total floats.

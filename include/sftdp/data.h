@@ -17,6 +17,7 @@ struct Batch {
   std::vector<float> loss_weights;    // (B,T) 0 on prompt and padding
   std::vector<int32_t> segment_ids;   // (B,T) empty when the file has none
   std::vector<int32_t> positions;     // (B,T) empty when the file has none (then 0..T-1)
+  std::vector<int64_t> row_ids;       // (B) each row's index in the training data (LoRA dropout masks)
   bool has_segments() const { return !segment_ids.empty(); }
   bool has_positions() const { return !positions.empty(); }
 };

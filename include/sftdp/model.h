@@ -18,6 +18,10 @@
 // their fp32 buffers are one set all blocks share, refilled from the bf16 copy before each block's
 // backward. Those GEMMs read bf16-rounded inputs anyway (GemmInputs::kBf16), so results are
 // bitwise those of keeping them in fp32.
+// With LoRA (issue 17), the base parameters are frozen: the families skip every base weight
+// gradient (the kernels take null weight gradients) and add each adapter's y += s·B(A x) after its
+// Linear layer; the trainable parameters are the adapters alone, in their own flat buffer
+// (trainable_layout()), and the gradient buffer holds their gradient sums and the two trailing sums.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -68,6 +72,53 @@ void init_params(std::vector<float>& params, const ParamLayout& layout,
 // d.rope_scaling.llama3 (HF's _compute_llama3_parameters), computed in fp32 as HF does.
 std::vector<float> rope_inv_freq(const config::ModelDims& d);
 
+// LoRA (issue 17). A block's Linear layers under their Hugging Face module names, relative to the
+// block ("self_attn.q_proj", "mlp.c_proj"), and where each lives in sft-dp's stacked tensors:
+// output columns [col, col + OC) of the site's Linear layer, which reads IC features.
+enum class LoraSite { kQkv, kAttnProj, kFc, kMlpProj };
+struct LinearModule {
+  std::string name;
+  LoraSite site;
+  int col = 0, OC = 0, IC = 0;
+};
+// GPT-2: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj. Llama family: self_attn.{q,k,v,o}_proj,
+// mlp.{gate,up,down}_proj. In block order.
+std::vector<LinearModule> linear_modules(const config::ModelDims& d);
+
+// The adapters a run trains: rank 0 = none (full fine-tuning).
+struct LoraSpec {
+  int rank = 0;
+  double alpha = 8, dropout = 0;
+  uint64_t seed = 0;                 // A's initialisation and the dropout masks
+  std::vector<std::string> modules;  // linear_modules() names that carry one, in block order
+  bool enabled() const { return rank > 0; }
+  float scale() const { return static_cast<float>(alpha / rank); }
+};
+// cfg's lora_* keys resolved against d's modules, as PEFT matches target_modules: a target names a
+// module when it equals the module's name or is a dot-separated suffix of it ("c_proj" is both
+// attn.c_proj and mlp.c_proj; "mlp.c_proj" only the latter); "all-linear" is every one (PEFT
+// leaves out only the LM head, which is not a block module here); no targets: PEFT's default for
+// the family (GPT-2 c_attn; Llama family q_proj, v_proj). Throws UserError naming the key.
+LoraSpec lora_spec(const config::Config& cfg, const config::ModelDims& d);
+// The matching alone: the module names targets select, in block order ("what" names the source in
+// the UserError: a config key, an adapter_config.json).
+std::vector<std::string> resolve_lora_targets(const config::ModelDims& d, std::vector<std::string> targets,
+                                              const std::string& what);
+// W += scale·B·A for every adapter, into the base parameters (SPEC layout: each module's rows of
+// its stacked tensor), accumulated in fp64: what PEFT's merge_and_unload computes.
+void merge_lora(std::vector<float>& base, const ParamLayout& base_layout, const config::ModelDims& d,
+                const LoraSpec& spec, const ParamLayout& adapters_layout, const std::vector<float>& adapters);
+// The adapters' layout: per block, per module in block order, "h.<l>.<module>.lora_A" [r, IC] then
+// ".lora_B" [OC, r]; all decayed (>= 2-D, as AdamW's weight decay treats weights).
+ParamLayout lora_layout(const config::ModelDims& d, const LoraSpec& spec);
+// PEFT's initialisation: A Kaiming-uniform (a = sqrt(5): U(-1/sqrt(IC), 1/sqrt(IC))) from seed, B 0,
+// so that step 0 is the base model.
+void init_lora(std::vector<float>& params, const ParamLayout& layout, uint64_t seed);
+
+// The frozen base's identity in a LoRA checkpoint: 16 hex digits of a 64-bit FNV-1a hash (over 8-byte words)
+// of every tensor's name and float32 bits in layout order (padding excluded).
+std::string base_hash(const ParamLayout& layout, const std::vector<float>& params);
+
 struct LossSums {
   double loss_sum = 0, weight_sum = 0;
 };
@@ -78,12 +129,21 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  const ParamLayout& layout() const { return layout_; }
+  const ParamLayout& layout() const { return layout_; }  // the base model's
+  // What the optimiser updates and checkpoints hold: the base model, or with LoRA the adapters.
+  bool lora() const { return lora_.enabled(); }
+  const LoraSpec& lora_spec() const { return lora_; }
+  const ParamLayout& trainable_layout() const { return lora() ? lora_layout_ : layout_; }
+  float* trainable_params() { return lora() ? lora_params_ : params_; }  // device, trainable_layout().total
+  void set_trainable_from_host(const std::vector<float>& host);
+  std::vector<float> trainable_to_host() const;
+  // Dropout masks (lora_dropout > 0) depend on the optimizer step: set before each step's passes.
+  void set_step(int64_t step) { step_ = step; }
   const config::ModelDims& dims() const { return d_; }
   const Ops& ops() const { return ops_; }
   float* params() { return params_; }            // device, layout().total
-  float* grads() { return grads_; }              // device, layout().total + 2
-  size_t grad_buffer_floats() const { return layout_.total + 2; }
+  float* grads() { return grads_; }              // device, trainable_layout().total + 2
+  size_t grad_buffer_floats() const { return trainable_layout().total + 2; }
 
   void set_params_from_host(const std::vector<float>& host);
   std::vector<float> params_to_host() const;
@@ -143,7 +203,16 @@ class Model {
     const int32_t* pos() const { return has_positions ? positions : nullptr; }
   };
   Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
-        bool bf16_activations);
+        bool bf16_activations, const LoraSpec& lora);
+  // The base weights' gradient sums, or null when they are frozen (LoRA): the families pass null
+  // weight gradients to the kernels then.
+  float* base_grads() { return lora() ? nullptr : grads_; }
+  // The adapters on block l's Linear layer at `site` (none: nothing happens). Forward: out (row
+  // stride ldo, the site's width) += each adapter's s·B(A x'), x' = x or, training with
+  // lora_dropout, its dropout. Backward: their gradient sums += and dx += their share, from dout
+  // (the Linear layer's output gradient, stride ldo) and the same x. Allocates nothing.
+  void lora_forward(int l, LoraSite site, float* out, int ldo, const float* x, int B);
+  void lora_backward(int l, LoraSite site, float* dx, const float* dout, int ldo, const float* x, int B);
   // Device memory owned by the model, zero-filled, freed with it.
   float* alloc_floats(size_t n);
   int32_t* alloc_ints(size_t n);
@@ -183,6 +252,25 @@ class Model {
   size_t head_ = 0;
 
  private:
+  struct Adapter {
+    const LinearModule* module;
+    size_t a, b;          // offsets of lora_A, lora_B in the adapters' buffer
+    float* u;             // (max_B·T, r): A x', kept for backward
+    uint64_t index = 0;   // the adapter's number, folded into its dropout key
+  };
+  void make_adapters();
+  const float* lora_input(const Adapter& ad, const float* x, int B);  // x or its dropout
+  uint64_t dropout_key(const Adapter& ad) const;
+  LoraSpec lora_;
+  ParamLayout lora_layout_;
+  std::vector<LinearModule> modules_;
+  std::vector<Adapter> adapters_;
+  std::vector<std::array<std::vector<int>, 4>> adapters_at_;  // [layer][site]: indices into adapters_
+  float* lora_params_ = nullptr;
+  float *lora_du_ = nullptr, *lora_x_ = nullptr, *lora_dx_ = nullptr;  // scratch; the last two with dropout
+  int64_t* row_ids_ = nullptr;  // (max_B): the micro-batch's rows in the training data (dropout)
+  int64_t step_ = 0;
+  bool training_ = false;       // inside forward_backward: dropout applies
   void upload(const data::Batch& b);
   // The fused head on the gathered positions: loss and weight sums += into sums; with backward,
   // the head weight's gradient += and dhidden_ = (0 on positions outside the head).
@@ -211,18 +299,20 @@ struct Footprint {
   size_t total() const { return params + grads + activations + other; }
 };
 Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-                    bool bf16_activations = false);
+                    bool bf16_activations = false, const LoraSpec& lora = {});
 
 // The model of d's family, with activations for max_B rows of T tokens; remat: recompute each
 // block's activations in backward instead of keeping them for every block (config key remat);
 // bf16_activations: keep the GEMM-only activations as bf16 (ops must be the bf16-GEMM table;
 // ignored with remat, which keeps none of them).
+// lora: adapters on a frozen base (LoraSpec; rank 0: none).
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-                                  bool bf16_activations = false);
+                                  bool bf16_activations = false, const LoraSpec& lora = {});
 
 class Gpt2 final : public Model {
  public:
-  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false);
+  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false,
+       const LoraSpec& lora = {});
   ~Gpt2() override;
 
  private:
@@ -241,7 +331,7 @@ class Gpt2 final : public Model {
 class Llama final : public Model {
  public:
   Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-        bool bf16_activations = false);
+        bool bf16_activations = false, const LoraSpec& lora = {});
   ~Llama() override;
 
  private:

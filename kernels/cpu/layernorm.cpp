@@ -62,6 +62,7 @@ void layernorm_bwd(float* dinp, float* dweight, float* dbias,               // (
       dx[c] += s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
     }
   }
+  if (!dweight) return;  // a frozen weight and bias (LoRA): no gradients
 
   const int n_blocks = (C + kChannelBlock - 1) / kChannelBlock;
 #pragma omp parallel for schedule(static)

@@ -65,6 +65,7 @@ void rmsnorm_bwd(float* dinp, float* dweight,            // (N,C) += ; (C) +=
     const size_t off = static_cast<size_t>(n) * C;
     rms_dinp<true>(dinp + off, dout + off, inp + off, weight, rstd[n], C);
   }
+  if (!dweight) return;  // a frozen weight (LoRA): no gradient
 
   const int n_blocks = (C + kChannelBlock - 1) / kChannelBlock;
 #pragma omp parallel for schedule(static)
@@ -121,6 +122,7 @@ void qk_rmsnorm_bwd(float* dqkv, float* dq_weight, float* dk_weight,  // (N,QKV)
     std::memcpy(dx + v0, dy + v0, static_cast<size_t>(KVH) * HS * sizeof(float));
   }
 
+  if (!dq_weight) return;  // frozen weights (LoRA): no gradient
   // dq_weight[c] sums rows in order, and within a row its q heads in order; dk_weight likewise.
   const int n_blocks = (HS + kHeadChannelBlock - 1) / kHeadChannelBlock;
 #pragma omp parallel for schedule(static)

@@ -119,6 +119,7 @@ void layernorm_bwd(float* dinp, float* dweight, float* dbias, const float* dout,
   const unsigned blocks = static_cast<unsigned>(ceil_div(N, kRowBlock / kWarp));
   SFTDP_LAUNCH(layernorm_bwd_dinp_kernel, blocks, kRowBlock, 0, stream, dinp, dout, inp, weight, mean, rstd, N, C);
   CHECK_LAUNCH();
+  if (!dweight) return;  // a frozen weight and bias (LoRA): no gradients
 
   const int R = column_chunks(N);
   SFTDP_ASSERT(R <= 65535, "layernorm_bwd: N / 128 row chunks exceed gridDim.y (65535)");

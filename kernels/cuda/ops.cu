@@ -71,7 +71,7 @@ constexpr decltype(cpu_fn) on_stream() {
   return &Adapter::template run<cuda_fn>;
 }
 
-// The two tables differ only in the Linear layers' GEMM inputs (GemmInputs in kernels/ops.h) and
+// The two tables differ only in the Linear layers' (and LoRA adapters') GEMM inputs (GemmInputs in kernels/ops.h) and
 // attention's q, k, v and dO, read as bf16 in the bf16 table.
 template <GemmInputs inputs>
 constexpr Ops make_cuda_ops() {
@@ -116,6 +116,9 @@ constexpr Ops make_cuda_ops() {
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
       .bf16_pack = on_stream<&cpu::bf16_pack, &cuda::bf16_pack>(),
       .bf16_unpack = on_stream<&cpu::bf16_unpack, &cuda::bf16_unpack>(),
+      .lora_fwd = bf16 ? on_stream<&cpu::lora_fwd, &cuda::lora_fwd_bf16>() : on_stream<&cpu::lora_fwd, &cuda::lora_fwd>(),
+      .lora_bwd = bf16 ? on_stream<&cpu::lora_bwd, &cuda::lora_bwd_bf16>() : on_stream<&cpu::lora_bwd, &cuda::lora_bwd>(),
+      .lora_dropout = on_stream<&cpu::lora_dropout, &cuda::lora_dropout>(),
   };
 }
 

@@ -168,6 +168,7 @@ void rmsnorm_bwd(float* dinp, float* dweight, const float* dout, const float* in
   if (N == 0) return;
   SFTDP_LAUNCH(rmsnorm_bwd_dinp_kernel, warp_blocks(N), kRowBlock, 0, stream, dinp, dout, inp, weight, rstd, N, C);
   CHECK_LAUNCH();
+  if (!dweight) return;  // a frozen weight (LoRA): no gradient
   const int R = column_chunks(N);
   float* partials = scratch_as<float>(Scratch::kColumnPartials, static_cast<size_t>(R) * C);
   weight_partials(partials, dout, inp, rstd, N, 1, 0, static_cast<size_t>(C), 1, C, stream);
@@ -193,6 +194,7 @@ void qk_rmsnorm_bwd(float* dqkv, float* dq_weight, float* dk_weight, const float
   SFTDP_LAUNCH(qk_rmsnorm_bwd_dinp_kernel, warp_blocks(vectors), kRowBlock, 0, stream, dqkv, dout, qkv, q_weight,
                k_weight, rstd, N, NH, KVH, HS);
   CHECK_LAUNCH();
+  if (!dq_weight) return;  // frozen weights (LoRA): no gradients
   // dq_weight over the N·NH q vectors, dk_weight over the N·KVH k vectors: one scratch, two halves.
   const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS;
   const int Mq = N * NH, Mk = N * KVH;

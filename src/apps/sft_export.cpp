@@ -1,8 +1,9 @@
-// sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE]
+// sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE] [--merge]
 // Writes the model of an sft-dp checkpoint as a Hugging Face directory (GPT2LMHeadModel, or
 // Llama/Qwen2/Qwen3ForCausalLM for the Llama family: config.json, generation_config.json,
 // model.safetensors, tokenizer files copied through) that
-// transformers.AutoModelForCausalLM.from_pretrained loads. Exit 0 ok, 2 bad usage or input (one
+// transformers.AutoModelForCausalLM.from_pretrained loads; a LoRA checkpoint's adapters as a PEFT
+// adapter directory (peft.PeftModel.from_pretrained), or with --merge the merged model. Exit 0 ok, 2 bad usage or input (one
 // `error:` line, nothing written), 1 anything else.
 #include <cstdio>
 #include <string>
@@ -15,13 +16,17 @@ namespace {
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE]\n"
+               "usage: sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE] [--merge]\n"
                "  CHECKPOINT.h5  an sft-dp checkpoint (out/<run>/checkpoints/step_<S>.h5)\n"
                "  OUT_DIR        created (must not exist, or be empty): config.json,\n"
                "                 generation_config.json, model.safetensors (fp32; HF names of the\n"
                "                 model's family: gpt2, llama, qwen2 or qwen3)\n"
                "  --tokenizer    copy tokenizer.json / tokenizer_config.json / vocab.json /\n"
                "                 merges.txt / special_tokens_map.json from this directory (or file)\n"
+               "  LoRA checkpoints (lora_rank > 0): OUT_DIR becomes a PEFT adapter directory\n"
+               "                 (adapter_config.json, adapter_model.safetensors);\n"
+               "  --merge        instead the whole model with the adapters merged (W + alpha/r B A),\n"
+               "                 its base read again from the run's load_parameters_path\n"
                "Exit: 0 ok, 2 bad usage or input (nothing written), 1 other failure.\n");
 }
 
@@ -31,13 +36,16 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::string> positional;
     std::string tokenizer;
+    bool merge = false;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg == "--help" || arg == "-h") {
         usage(stdout);
         return 0;
       }
-      if (arg == "--tokenizer") {
+      if (arg == "--merge") {
+        merge = true;
+      } else if (arg == "--tokenizer") {
         if (i + 1 >= argc) throw sftdp::UserError("--tokenizer: needs a value");
         tokenizer = argv[++i];
       } else if (arg.rfind("--", 0) == 0) {
@@ -47,7 +55,7 @@ int main(int argc, char** argv) {
       }
     }
     if (positional.size() != 2) throw sftdp::UserError("expected CHECKPOINT.h5 and OUT_DIR (see sft_export --help)");
-    sftdp::hf::export_checkpoint(positional[0], positional[1], tokenizer);
+    sftdp::hf::export_checkpoint(positional[0], positional[1], tokenizer, merge);
     std::printf("sft_export: %s -> %s\n", positional[0].c_str(), positional[1].c_str());
     return 0;
   } catch (const sftdp::UserError& e) {

@@ -243,6 +243,10 @@ void load(const std::string& path, const model::ParamLayout& layout, std::vector
   require_in_range(r, "optimizer_updates", loaded.optimizer_updates, 0, loaded.step,
                    "in [0, step] = [0, " + std::to_string(loaded.step) + "]");
   loaded.config_yaml = r.string_attr("config");
+  if (r.has_attr("lora_base_hash")) {
+    loaded.lora_base_hash = r.string_attr("lora_base_hash");
+    loaded.lora_base = r.has_attr("lora_base") ? r.string_attr("lora_base") : "";
+  }
 
   params.resize(layout.total);
   m.resize(layout.total);

@@ -193,6 +193,10 @@ std::string save(const std::string& dir, const model::ParamLayout& layout,
   write_scalar_attr(w, "optimizer_updates", H5T_STD_I64LE, H5T_NATIVE_INT64,
                     &state.optimizer_updates);
   write_string_attr(w, "config", state.config_yaml);
+  if (!state.lora_base_hash.empty()) {
+    write_string_attr(w, "lora_base", state.lora_base);
+    write_string_attr(w, "lora_base_hash", state.lora_base_hash);
+  }
   w.commit();
   return final_path;
 }

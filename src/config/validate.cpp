@@ -120,6 +120,23 @@ void validate_optimiser(const Config& cfg) {
          "zero_stage: 1 (set one of them to its default)");
 }
 
+// Which modules exist is the model's to say (model::lora_spec, at start-up); the ranges are here.
+void validate_lora(const Config& cfg) {
+  if (cfg.lora_rank < 0) fail("lora_rank", "must be >= 0 (0 = full fine-tuning), got " + std::to_string(cfg.lora_rank));
+  if (!(cfg.lora_alpha > 0)) fail("lora_alpha", "must be > 0, got " + format_double(cfg.lora_alpha));
+  if (!(cfg.lora_dropout >= 0 && cfg.lora_dropout < 1))
+    fail("lora_dropout", "must be in [0, 1), got " + format_double(cfg.lora_dropout));
+  if (cfg.lora_rank > 0) {
+    if (!cfg.hf_export_tokenizer.empty())
+      fail("hf_export_tokenizer", "a LoRA run's hf/ is a PEFT adapter directory, which holds no tokenizer "
+           "(sft_export --merge --tokenizer writes the merged model with one)");
+    return;
+  }
+  if (!cfg.lora_target_modules.empty()) fail("lora_target_modules", "is set but lora_rank is 0 (no LoRA)");
+  if (!cfg.load_adapter_path.empty()) fail("load_adapter_path", "is set but lora_rank is 0 (no LoRA)");
+  if (cfg.lora_dropout > 0) fail("lora_dropout", "is set but lora_rank is 0 (no LoRA)");
+}
+
 void validate_checkpoints_and_logging(const Config& cfg) {
   require_at_least("checkpoint_period", cfg.checkpoint_period, 0);
   require_at_least("keep_checkpoints", cfg.keep_checkpoints, 0);
@@ -137,6 +154,7 @@ void validate(const Config& cfg, const GivenKeys& given) {
   validate_batch(cfg);
   validate_data(cfg);
   validate_model(cfg);
+  validate_lora(cfg);
   validate_optimiser(cfg);
   validate_checkpoints_and_logging(cfg);
 }

@@ -141,6 +141,7 @@ void Dataset::read_rows(const std::vector<int64_t>& rows, Batch& out) const {
   out.loss_weights.assign(n, 0.f);
   out.segment_ids.assign(d.any_segments ? n : 0, 0);
   out.positions.assign(d.any_positions ? n : 0, 0);
+  out.row_ids = rows;
 
   std::vector<FileRequest> requests(d.files.size());
   for (size_t b = 0; b < rows.size(); ++b) {

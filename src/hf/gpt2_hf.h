@@ -41,8 +41,11 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
 std::vector<std::string> tokenizer_files(const std::string& source, const std::string& what);
 
 // sft_export: the model of a checkpoint (or params-only) .h5 to an HF directory. The dimensions
-// come from the checkpoint's stored config (its root attribute `config`).
+// come from the checkpoint's stored config (its root attribute `config`). A LoRA checkpoint
+// (issue 17) gives a PEFT adapter directory (hf/peft.h), or with merge the whole model with
+// W + s·B·A, its base read from the run's load_parameters_path (or seed) and checked against the
+// checkpoint's lora_base_hash.
 void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir,
-                       const std::string& tokenizer_dir);
+                       const std::string& tokenizer_dir, bool merge = false);
 
 }  // namespace sftdp::hf

@@ -13,6 +13,8 @@
 #include "hf/gpt2_hf.h"
 #include "hf/gpt2_names.h"
 #include "hf/llama_hf.h"
+#include "hf/out_dir.h"
+#include "hf/peft.h"
 #include "hf/safetensors.h"
 #include "sftdp/check.h"
 #include "sftdp/checkpoint.h"
@@ -75,31 +77,35 @@ json generation_config(const config::ModelDims& d, const std::vector<std::string
 }
 
 // The root attribute `config` (resolved YAML) of a checkpoint .h5.
-std::string config_attr(const std::string& path) {
+// A root string attribute of an .h5 file; "" when absent and not required.
+std::string root_string_attr(const std::string& path, const char* name, bool required) {
   h5::QuietErrors quiet;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw UserError(path + ": not found");
   h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) h5::bad_file(path, "not a readable HDF5 file");
-  if (H5Aexists(file.get(), "config") <= 0)
-    h5::bad_file(path, "root attribute 'config' is missing (needed for the model's dimensions)");
-  h5::Handle attr(H5Aopen(file.get(), "config", H5P_DEFAULT), H5Aclose);
+  const std::string what = std::string("root attribute '") + name + "'";
+  if (H5Aexists(file.get(), name) <= 0) {
+    if (!required) return "";
+    h5::bad_file(path, what + " is missing (needed for the model's dimensions)");
+  }
+  h5::Handle attr(H5Aopen(file.get(), name, H5P_DEFAULT), H5Aclose);
   h5::Handle type(H5Aget_type(attr.get()), H5Tclose);
-  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING) h5::bad_file(path, "root attribute 'config' must be a string");
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING) h5::bad_file(path, what + " must be a string");
   h5::Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
   std::string value;
   if (H5Tis_variable_str(type.get()) > 0) {
     H5Tset_size(mem.get(), H5T_VARIABLE);
     char* data = nullptr;
-    if (H5Aread(attr.get(), mem.get(), &data) < 0) h5::bad_file(path, "root attribute 'config' could not be read");
+    if (H5Aread(attr.get(), mem.get(), &data) < 0) h5::bad_file(path, what + " could not be read");
     if (data) value = data;
     H5free_memory(data);
   } else {
     const size_t size = H5Tget_size(type.get());
     H5Tset_size(mem.get(), size);
     std::string buffer(size, '\0');
-    if (H5Aread(attr.get(), mem.get(), buffer.data()) < 0) h5::bad_file(path, "root attribute 'config' could not be read");
+    if (H5Aread(attr.get(), mem.get(), buffer.data()) < 0) h5::bad_file(path, what + " could not be read");
     value = buffer.substr(0, buffer.find('\0'));
   }
   return value;
@@ -152,16 +158,12 @@ std::vector<std::string> tokenizer_files(const std::string& source, const std::s
   return files;
 }
 
-void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
-               const std::vector<float>& params, const std::string& tokenizer_dir, const std::string& source_dir) {
+void write_directory(const std::string& out_dir, const std::function<void(const fs::path& temp)>& fill) {
   std::error_code ec;
   fs::path out = fs::absolute(out_dir, ec).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "dir/"
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
     throw UserError(out_dir + ": exists and is not an empty directory (nothing written)");
-  std::vector<fs::path> tokenizer_paths;
-  if (!tokenizer_dir.empty())
-    for (const auto& f : tokenizer_files(tokenizer_dir, "--tokenizer")) tokenizer_paths.emplace_back(f);
   const fs::path parent = out.parent_path();
   if (!fs::is_directory(parent, ec)) throw UserError(out_dir + ": parent directory " + parent.string() + " does not exist");
   std::string temp_name = ".";
@@ -171,6 +173,22 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
   fs::remove_all(temp, ec);
   if (!fs::create_directory(temp, ec)) throw UserError(out_dir + ": cannot create " + temp.string() + ": " + ec.message());
   try {
+    fill(temp);
+    if (fs::exists(out, ec)) fs::remove(out, ec);  // the empty directory checked above
+    fs::rename(temp, out, ec);
+    if (ec) throw UserError(out_dir + ": cannot rename " + temp.string() + " into place: " + ec.message());
+  } catch (...) {
+    fs::remove_all(temp, ec);
+    throw;
+  }
+}
+
+void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
+               const std::vector<float>& params, const std::string& tokenizer_dir, const std::string& source_dir) {
+  std::vector<fs::path> tokenizer_paths;
+  if (!tokenizer_dir.empty())
+    for (const auto& f : tokenizer_files(tokenizer_dir, "--tokenizer")) tokenizer_paths.emplace_back(f);
+  write_directory(out_dir, [&](const fs::path& temp) {
     const std::vector<std::string> sources = {source_dir, tokenizer_dir};
     const json ids = special_ids(d, sources);
     json cfg;
@@ -186,22 +204,36 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
     write_json(temp / "config.json", cfg);
     write_json(temp / "generation_config.json", generation_config(d, sources, ids));
     write_safetensors((temp / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    std::error_code ec;
     for (const auto& f : tokenizer_paths) {
       fs::copy_file(f, temp / f.filename(), ec);
       if (ec) throw UserError(f.string() + ": cannot copy: " + ec.message());
     }
-    if (fs::exists(out, ec)) fs::remove(out, ec);  // the empty directory checked above
-    fs::rename(temp, out, ec);
-    if (ec) throw UserError(out_dir + ": cannot rename " + temp.string() + " into place: " + ec.message());
-  } catch (...) {
-    fs::remove_all(temp, ec);
-    throw;
-  }
+  });
 }
 
+namespace {
+// The base a LoRA checkpoint was trained on, as the run read it, checked against the checkpoint's
+// lora_base_hash.
+std::vector<float> lora_base_of(const std::string& checkpoint_h5, const config::Config& cfg,
+                                const config::ModelDims& d, const model::ParamLayout& layout) {
+  std::vector<float> base;
+  if (cfg.load_parameters_path.empty()) model::init_params(base, layout, d, static_cast<uint64_t>(cfg.seed));
+  else if (is_hf_dir(cfg.load_parameters_path)) load_hf_params(cfg.load_parameters_path, layout, base);
+  else checkpoint::load_params(cfg.load_parameters_path, layout, base);
+  const std::string want = root_string_attr(checkpoint_h5, "lora_base_hash", /*required=*/true);
+  const std::string got = model::base_hash(layout, base);
+  if (got != want)
+    throw UserError(checkpoint_h5 + ": its adapters were trained on a base with hash " + want + ", but " +
+                    (cfg.load_parameters_path.empty() ? "the seeded base" : cfg.load_parameters_path) +
+                    " (the run's load_parameters_path) now hashes to " + got + " (nothing written)");
+  return base;
+}
+}  // namespace
+
 void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir,
-                       const std::string& tokenizer_dir) {
-  const std::string yaml = config_attr(checkpoint_h5);
+                       const std::string& tokenizer_dir, bool merge) {
+  const std::string yaml = root_string_attr(checkpoint_h5, "config", /*required=*/true);
   config::Config cfg;
   config::ModelDims d;
   try {
@@ -212,6 +244,23 @@ void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_
   }
   const model::ParamLayout layout = model::param_layout(d);
   std::vector<float> params;
+  if (cfg.lora_rank > 0) {  // adapters in /params; the base comes from where the run read it
+    const model::LoraSpec spec = model::lora_spec(cfg, d);
+    const model::ParamLayout adapters_layout = model::lora_layout(d, spec);
+    std::vector<float> adapters;
+    checkpoint::load_params(checkpoint_h5, adapters_layout, adapters);
+    if (!merge) {
+      if (!tokenizer_dir.empty())
+        throw UserError("--tokenizer: a PEFT adapter directory holds no tokenizer (add --merge for a whole model)");
+      write_peft_adapter(out_dir, d, spec, adapters_layout, adapters, cfg.load_parameters_path);
+      return;
+    }
+    params = lora_base_of(checkpoint_h5, cfg, d, layout);
+    model::merge_lora(params, layout, d, spec, adapters_layout, adapters);
+    export_hf(out_dir, d, layout, params, tokenizer_dir, cfg.load_parameters_path);
+    return;
+  }
+  if (merge) throw UserError("--merge: " + checkpoint_h5 + " is not a LoRA checkpoint (its config has lora_rank 0)");
   try {
     checkpoint::load_params(checkpoint_h5, layout, params);
   } catch (const UserError& e) {

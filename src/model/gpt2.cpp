@@ -46,8 +46,9 @@ struct Gpt2::Acts {
   float* dqkv;                         // (N,3C)
 };
 
-Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations)
-    : Model(d, ops, max_B, T, gpt2_layout(d), remat, bf16_activations) {
+Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
+           const LoraSpec& lora)
+    : Model(d, ops, max_B, T, gpt2_layout(d), remat, bf16_activations, lora) {
   SFTDP_ASSERT(d.C % d.NH == 0, "emb_dim must be divisible by num_heads");
   static const char* const kLayerTensors[12] = {
       "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
@@ -102,7 +103,9 @@ namespace {
 struct LayerParams {
   const float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
+// base null (the frozen base's gradients under LoRA): every pointer null.
 LayerParams layer_params(const std::array<size_t, 12>& off, const float* base) {
+  if (!base) return {};
   return {base + off[0], base + off[1], base + off[2],  base + off[3],  base + off[4],  base + off[5],
           base + off[6], base + off[7], base + off[8],  base + off[9],  base + off[10], base + off[11]};
 }
@@ -119,16 +122,20 @@ void Gpt2::block_forward(int l, int B, bool through_output) {
   o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
   if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, NC);
   o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+  lora_forward(l, LoraSite::kQkv, x.qkv, 3 * C, x.ln1, B);
   o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, NH, C / NH);
   o.matmul_fwd(a.scratch_btc, x.atty, w.projw, w.projb, N, C, C);
+  lora_forward(l, LoraSite::kAttnProj, a.scratch_btc, C, x.atty, B);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, NC);
   o.layernorm_fwd(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
   if (x.ln2_16) o.bf16_pack(x.ln2_16, x.ln2, NC);
   o.matmul_fwd(x.fch, x.ln2, w.fcw, w.fcb, N, C, F);
+  lora_forward(l, LoraSite::kFc, x.fch, F, x.ln2, B);
   o.gelu_fwd(x.fch_gelu, x.fch, NF);
   if (x.fch_gelu_16) o.bf16_pack(x.fch_gelu_16, x.fch_gelu, NF);
   if (!through_output) return;
   o.matmul_fwd(a.scratch_btc, x.fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
+  lora_forward(l, LoraSite::kMlpProj, a.scratch_btc, C, x.fch_gelu, B);
   o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
 }
 
@@ -148,11 +155,11 @@ void Gpt2::run_backward(int B) {
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, N = B * T;
   const float* p = params_;
-  float* g = grads_;
+  float* g = base_grads();  // null under LoRA: the base is frozen, the kernels skip its gradients
   // a.scratch_btc (dhidden_) holds d ln_f output; the head's share of dwte is already in g + wte_.
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
-  o.layernorm_bwd(a.dresidual, g + lnf_w_, g + lnf_b_, a.scratch_btc, last, p + lnf_w_, a.lnf_mean,
+  o.layernorm_bwd(a.dresidual, g ? g + lnf_w_ : nullptr, g ? g + lnf_b_ : nullptr, a.scratch_btc, last, p + lnf_w_, a.lnf_mean,
                   a.lnf_rstd, N, C);
   for (int l = d_.L - 1; l >= 0; --l) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
@@ -167,19 +174,23 @@ void Gpt2::run_backward(int B) {
     auto mut = [](const float* q) { return const_cast<float*>(q); };
     // a.dresidual = d residual3; the MLP branch
     o.matmul_bwd(a.dbtf_a, mut(dw.fcprojw), mut(dw.fcprojb), a.dresidual, x.fch_gelu, w.fcprojw, N, F, C);
+    lora_backward(l, LoraSite::kMlpProj, a.dbtf_a, a.dresidual, C, x.fch_gelu, B);
     o.gelu_bwd(a.dbtf_b, x.fch, a.dbtf_a, size_t(N) * F);
     o.matmul_bwd(a.scratch_btc, mut(dw.fcw), mut(dw.fcb), a.dbtf_b, x.ln2, w.fcw, N, C, F);
+    lora_backward(l, LoraSite::kFc, a.scratch_btc, a.dbtf_b, F, x.ln2, B);
     o.layernorm_bwd(a.dresidual, mut(dw.ln2w), mut(dw.ln2b), a.scratch_btc, x.residual2, w.ln2w,
                     x.ln2_mean, x.ln2_rstd, N, C);
     // a.dresidual = d residual2; the attention branch
     o.matmul_bwd(a.scratch_btc, mut(dw.projw), mut(dw.projb), a.dresidual, x.atty, w.projw, N, C, C);
+    lora_backward(l, LoraSite::kAttnProj, a.scratch_btc, a.dresidual, C, x.atty, B);
     o.attention_bwd(a.dqkv, a.scratch_btc, x.qkv, x.atty, x.lse, io_.seg(), B, T, NH, NH, C / NH);
     o.matmul_bwd(a.scratch_btc, mut(dw.qkvw), mut(dw.qkvb), a.dqkv, x.ln1, w.qkvw, N, C, 3 * C);
+    lora_backward(l, LoraSite::kQkv, a.scratch_btc, a.dqkv, 3 * C, x.ln1, B);
     o.layernorm_bwd(a.dresidual, mut(dw.ln1w), mut(dw.ln1b), a.scratch_btc, residual, w.ln1w,
                     x.ln1_mean, x.ln1_rstd, N, C);
     layer_backward_done(l);  // block l's weight gradients are final
   }
-  o.encoder_bwd(g + wte_, g + wpe_, a.dresidual, io_.inputs, io_.pos(), B, T, C);
+  if (g) o.encoder_bwd(g + wte_, g + wpe_, a.dresidual, io_.inputs, io_.pos(), B, T, C);
 }
 
 }  // namespace sftdp::model

@@ -55,8 +55,9 @@ struct Llama::Acts {
   float *inv_freq;                 // (HS/2)
 };
 
-Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations)
-    : Model(d, ops, max_B, T, llama_layout(d), remat, bf16_activations) {
+Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
+             const LoraSpec& lora)
+    : Model(d, ops, max_B, T, llama_layout(d), remat, bf16_activations, lora) {
   SFTDP_ASSERT(d.block == config::Block::kLlama, "Llama model built from GPT-2 dims");
   SFTDP_ASSERT(d.NH % d.kv_heads() == 0 && d.head_size() % 2 == 0, "bad head configuration");
   auto offset = [&](const std::string& name, bool present) {
@@ -132,8 +133,9 @@ namespace {
 struct LayerPtrs {
   float *ln1, *qkvw, *qkvb, *qnorm, *knorm, *proj, *ln2, *fc, *mlpproj;
 };
+// base null (the frozen base's gradients under LoRA): every pointer null.
 LayerPtrs layer_ptrs(const std::array<size_t, kLayerTensors>& off, const float* base) {
-  auto at = [&](int k) { return off[k] == kAbsent ? nullptr : const_cast<float*>(base) + off[k]; };
+  auto at = [&](int k) { return off[k] == kAbsent || !base ? nullptr : const_cast<float*>(base) + off[k]; };
   return {at(kLn1), at(kQkvW), at(kQkvB), at(kQNorm), at(kKNorm), at(kProj), at(kLn2), at(kFc), at(kMlpProj)};
 }
 }  // namespace
@@ -151,21 +153,26 @@ void Llama::block_forward(int l, int B, bool through_output) {
   if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, size_t(N) * C);
   if (d_.qk_norm) {
     o.matmul_fwd(x.qkv_raw, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
+    lora_forward(l, LoraSite::kQkv, x.qkv_raw, QKV, x.ln1, B);
     o.qk_rmsnorm_fwd(x.qkv, x.qk_rstd, x.qkv_raw, w.qnorm, w.knorm, N, NH, KVH, HS, eps);
   } else {
     o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
+    lora_forward(l, LoraSite::kQkv, x.qkv, QKV, x.ln1, B);
   }
   o.rope_fwd(x.qkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
   o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, KVH, HS);
   o.matmul_fwd(a.scratch_btc, x.atty, w.proj, nullptr, N, A, C);
+  lora_forward(l, LoraSite::kAttnProj, a.scratch_btc, C, x.atty, B);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
   o.rmsnorm_fwd(x.ln2, x.ln2_rstd, x.residual2, w.ln2, N, C, eps);
   if (x.ln2_16) o.bf16_pack(x.ln2_16, x.ln2, size_t(N) * C);
   o.matmul_fwd(x.fch, x.ln2, w.fc, nullptr, N, C, 2 * F);
+  lora_forward(l, LoraSite::kFc, x.fch, 2 * F, x.ln2, B);
   o.swiglu_fwd(x.fch_act, x.fch, N, F);
   if (x.fch_act_16) o.bf16_pack(x.fch_act_16, x.fch_act, size_t(N) * F);
   if (!through_output) return;
   o.matmul_fwd(a.scratch_btc, x.fch_act, w.mlpproj, nullptr, N, F, C);
+  lora_forward(l, LoraSite::kMlpProj, a.scratch_btc, C, x.fch_act, B);
   o.residual_fwd(x.residual3, x.residual2, a.scratch_btc, size_t(N) * C);
 }
 
@@ -186,12 +193,12 @@ void Llama::run_backward(int B) {
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
   const int QKV = d_.qkv_dim(), A = d_.attn_dim(), N = B * T;
   const float* p = params_;
-  float* g = grads_;
+  float* g = base_grads();  // null under LoRA: the base is frozen, the kernels skip its gradients
   // a.scratch_btc (dhidden_) holds d rmsnorm_f output; the head's gradient is already in g + head_
   // (tied: g + wte_, where the embedding's gradient lands as well).
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
-  o.rmsnorm_bwd(a.dresidual, g + lnf_, a.scratch_btc, last, p + lnf_, a.lnf_rstd, N, C);
+  o.rmsnorm_bwd(a.dresidual, g ? g + lnf_ : nullptr, a.scratch_btc, last, p + lnf_, a.lnf_rstd, N, C);
   for (int l = d_.L - 1; l >= 0; --l) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
@@ -204,11 +211,14 @@ void Llama::run_backward(int B) {
     const auto dw = layer_ptrs(layer_offsets_[l], g);
     // a.dresidual = d residual3; the MLP branch
     o.matmul_bwd(a.dact, dw.mlpproj, nullptr, a.dresidual, x.fch_act, w.mlpproj, N, F, C);
+    lora_backward(l, LoraSite::kMlpProj, a.dact, a.dresidual, C, x.fch_act, B);
     o.swiglu_bwd(a.dfch, x.fch, a.dact, N, F);
     o.matmul_bwd(a.scratch_btc, dw.fc, nullptr, a.dfch, x.ln2, w.fc, N, C, 2 * F);
+    lora_backward(l, LoraSite::kFc, a.scratch_btc, a.dfch, 2 * F, x.ln2, B);
     o.rmsnorm_bwd(a.dresidual, dw.ln2, a.scratch_btc, x.residual2, w.ln2, x.ln2_rstd, N, C);
     // a.dresidual = d residual2; the attention branch
     o.matmul_bwd(a.scratch_bta, dw.proj, nullptr, a.dresidual, x.atty, w.proj, N, A, C);
+    lora_backward(l, LoraSite::kAttnProj, a.scratch_bta, a.dresidual, C, x.atty, B);
     o.attention_bwd(a.dqkv, a.scratch_bta, x.qkv, x.atty, x.lse, io_.seg(), B, T, NH, KVH, HS);
     o.rope_bwd(a.dqkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
     const float* dqkv_linear = a.dqkv;  // gradient at the qkv projection's output
@@ -218,10 +228,11 @@ void Llama::run_backward(int B) {
       dqkv_linear = a.dqkv_raw;
     }
     o.matmul_bwd(a.scratch_btc, dw.qkvw, dw.qkvb, dqkv_linear, x.ln1, w.qkvw, N, C, QKV);
+    lora_backward(l, LoraSite::kQkv, a.scratch_btc, dqkv_linear, QKV, x.ln1, B);
     o.rmsnorm_bwd(a.dresidual, dw.ln1, a.scratch_btc, residual, w.ln1, x.ln1_rstd, N, C);
     layer_backward_done(l);  // block l's weight gradients are final
   }
-  o.encoder_bwd(g + wte_, nullptr, a.dresidual, io_.inputs, nullptr, B, T, C);
+  if (g) o.encoder_bwd(g + wte_, nullptr, a.dresidual, io_.inputs, nullptr, B, T, C);
 }
 
 }  // namespace sftdp::model

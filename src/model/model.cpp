@@ -29,9 +29,10 @@ ParamLayout param_layout(const config::ModelDims& d) {
 }
 
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat,
-                                  bool bf16_activations) {
-  if (d.block == config::Block::kLlama) return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations);
-  return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations);
+                                  bool bf16_activations, const LoraSpec& lora) {
+  if (d.block == config::Block::kLlama)
+    return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations, lora);
+  return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations, lora);
 }
 
 namespace {
@@ -46,7 +47,8 @@ void* counting_alloc(size_t bytes) {
 }
 }  // namespace
 
-Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations) {
+Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
+                    const LoraSpec& lora) {
   Ops counting = ops;  // the device's name and kernels, so that the constructors take the same paths
   counting.alloc = counting_alloc;
   counting.free = [](void*) {};
@@ -59,8 +61,8 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
   t_next_address = 0x100000;
   Footprint f;
   {
-    const auto m = make_model(d, counting, max_B, T, remat, bf16_activations);
-    f.params = m->layout().total * sizeof(float);
+    const auto m = make_model(d, counting, max_B, T, remat, bf16_activations, lora);
+    f.params = (m->layout().total + (m->lora() ? m->trainable_layout().total : 0)) * sizeof(float);
     f.grads = m->grad_buffer_floats() * sizeof(float);
     f.activations = m->activation_bytes();
   }
@@ -69,18 +71,23 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
 }
 
 Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
-             bool bf16_activations)
+             bool bf16_activations, const LoraSpec& lora)
     : d_(d),
       ops_(ops),
       max_B_(max_B),
       T_(T),
       layout_(std::move(layout)),
       remat_(remat),
-      bf16_acts_(bf16_activations && !remat) {
+      bf16_acts_(bf16_activations && !remat),
+      lora_(lora) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
   // Exact only where the GEMMs round their inputs to bf16 themselves.
   SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
   params_ = alloc_floats(layout_.total);
+  if (lora_.enabled()) {
+    lora_layout_ = lora_layout(d, lora_);
+    lora_params_ = alloc_floats(lora_layout_.total);
+  }
   grads_ = alloc_floats(grad_buffer_floats());
   const size_t N = size_t(max_B) * T;
   io_.inputs = alloc_ints(N);
@@ -91,14 +98,90 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   host_active_.resize(N), host_targets_.resize(N), host_weights_.resize(N);
   set_head_chunking(0);
   make_buckets();
+  make_adapters();
+}
+
+void Model::make_adapters() {
+  adapters_at_.assign(d_.L, {});
+  if (!lora_.enabled()) return;
+  modules_ = linear_modules(d_);
+  const size_t N = size_t(max_B_) * T_, r = lora_.rank;
+  int max_in = 0;
+  for (int l = 0; l < d_.L; ++l)
+    for (const auto& m : modules_) {
+      if (std::find(lora_.modules.begin(), lora_.modules.end(), m.name) == lora_.modules.end()) continue;
+      const std::string h = "h." + std::to_string(l) + "." + m.name;
+      Adapter ad{&m, lora_layout_.find(h + ".lora_A").offset, lora_layout_.find(h + ".lora_B").offset,
+                 alloc_acts(N * r), adapters_.size()};
+      adapters_at_[l][static_cast<int>(m.site)].push_back(static_cast<int>(adapters_.size()));
+      adapters_.push_back(ad);
+      max_in = std::max(max_in, m.IC);
+    }
+  lora_du_ = alloc_acts(N * r);
+  if (lora_.dropout > 0) {
+    lora_x_ = alloc_acts(N * max_in), lora_dx_ = alloc_acts(N * max_in);
+    row_ids_ = static_cast<int64_t*>(ops_.alloc(size_t(max_B_) * sizeof(int64_t)));
+    owned_.push_back(row_ids_);
+  }
+}
+
+uint64_t Model::dropout_key(const Adapter& ad) const {
+  using lora_hash::mix;
+  return mix(lora_.seed ^ mix(static_cast<uint64_t>(step_) ^ mix(ad.index)));
+}
+
+const float* Model::lora_input(const Adapter& ad, const float* x, int B) {
+  if (!(lora_.dropout > 0) || !training_) return x;
+  const float p = static_cast<float>(lora_.dropout), keep_scale = static_cast<float>(1.0 / (1.0 - lora_.dropout));
+  ops_.lora_dropout(lora_x_, x, row_ids_, dropout_key(ad), p, keep_scale, B * T_, T_, ad.module->IC);
+  return lora_x_;
+}
+
+void Model::lora_forward(int l, LoraSite site, float* out, int ldo, const float* x, int B) {
+  if (adapters_at_.empty()) return;
+  for (const int i : adapters_at_[l][static_cast<int>(site)]) {
+    const Adapter& ad = adapters_[i];
+    const LinearModule& m = *ad.module;
+    const float* in = lora_input(ad, x, B);
+    ops_.lora_fwd(out + m.col, ldo, ad.u, in, lora_params_ + ad.a, lora_params_ + ad.b, lora_.scale(), B * T_, m.IC,
+                  lora_.rank, m.OC);
+  }
+}
+
+void Model::lora_backward(int l, LoraSite site, float* dx, const float* dout, int ldo, const float* x, int B) {
+  if (adapters_at_.empty()) return;
+  const int N = B * T_;
+  for (const int i : adapters_at_[l][static_cast<int>(site)]) {
+    const Adapter& ad = adapters_[i];
+    const LinearModule& m = *ad.module;
+    const float* in = lora_input(ad, x, B);  // the forward's x' again (the same mask)
+    float* dA = grads_ + ad.a;
+    float* dB = grads_ + ad.b;
+    const float* A = lora_params_ + ad.a;
+    const float* Bw = lora_params_ + ad.b;
+    if (in == x) {
+      ops_.lora_bwd(dx, dA, dB, lora_du_, dout + m.col, ldo, in, ad.u, A, Bw, lora_.scale(), N, m.IC, lora_.rank,
+                    m.OC);
+      continue;
+    }
+    // Dropout: d x' through the mask (its own backward), then into dx.
+    const size_t n = size_t(N) * m.IC;
+    ops_.zero(lora_dx_, n * sizeof(float));
+    ops_.lora_bwd(lora_dx_, dA, dB, lora_du_, dout + m.col, ldo, in, ad.u, A, Bw, lora_.scale(), N, m.IC, lora_.rank,
+                  m.OC);
+    const float p = static_cast<float>(lora_.dropout), keep_scale = static_cast<float>(1.0 / (1.0 - lora_.dropout));
+    ops_.lora_dropout(lora_dx_, lora_dx_, row_ids_, dropout_key(ad), p, keep_scale, N, T_, m.IC);
+    ops_.residual_fwd(dx, dx, lora_dx_, n);
+  }
 }
 
 void Model::make_buckets() {
   // Block l's >= 2-D weights: from its first one's offset to the end (alignment padding included)
   // of its last one; no other tensor may fall inside (the layout's order guarantees it).
-  const size_t P = layout_.total;
+  const ParamLayout& lay = trainable_layout();
+  const size_t P = lay.total;
   std::vector<std::pair<size_t, size_t>> layers(d_.L, {SIZE_MAX, 0});
-  for (const auto& t : layout_.tensors) {
+  for (const auto& t : lay.tensors) {
     if (!t.decay || t.name.rfind("h.", 0) != 0) continue;
     const int l = std::stoi(t.name.substr(2));
     layers[l].first = std::min(layers[l].first, t.offset);
@@ -107,7 +190,7 @@ void Model::make_buckets() {
   for (int l = 0; l < d_.L; ++l) {
     SFTDP_ASSERT(layers[l].first < layers[l].second && (l == 0 || layers[l - 1].second == layers[l].first),
                  "layer weights are not contiguous in the parameter layout");
-    for (const auto& t : layout_.tensors)
+    for (const auto& t : lay.tensors)
       SFTDP_ASSERT(t.name.rfind("h." + std::to_string(l) + ".", 0) == 0 || t.offset + t.numel <= layers[l].first ||
                        t.offset >= layers[l].second,
                    "a tensor outside block " + std::to_string(l) + " lies inside its bucket");
@@ -120,7 +203,7 @@ void Model::make_buckets() {
   }
   // An untied head's weight follows the last block's weights (the last >= 2-D tensor).
   size_t rest = layers[d_.L - 1].second;
-  for (const auto& t : layout_.tensors)
+  for (const auto& t : lay.tensors)
     if (t.name == "lm_head.weight") {
       SFTDP_ASSERT(t.offset == rest, "lm_head.weight does not follow the last block's weights");
       rest = t.offset + (t.numel + 15) / 16 * 16;
@@ -191,6 +274,19 @@ int32_t* Model::alloc_ints(size_t n) {
   return static_cast<int32_t*>(p);
 }
 
+void Model::set_trainable_from_host(const std::vector<float>& host) {
+  if (!lora()) return set_params_from_host(host);
+  SFTDP_ASSERT(host.size() == lora_layout_.total, "adapter buffer size mismatch");
+  ops_.to_device(lora_params_, host.data(), host.size() * sizeof(float));
+}
+
+std::vector<float> Model::trainable_to_host() const {
+  if (!lora()) return params_to_host();
+  std::vector<float> h(lora_layout_.total);
+  ops_.to_host(h.data(), lora_params_, h.size() * sizeof(float));
+  return h;
+}
+
 void Model::set_params_from_host(const std::vector<float>& host) {
   SFTDP_ASSERT(host.size() == layout_.total, "parameter buffer size mismatch");
   ops_.to_device(params_, host.data(), host.size() * sizeof(float));
@@ -214,6 +310,10 @@ void Model::upload(const data::Batch& b) {
   SFTDP_ASSERT(b.B >= 1 && b.B <= max_B_ && b.T == T_, "micro-batch shape does not fit the model");
   const size_t n = size_t(b.B) * b.T;
   ops_.to_device(io_.inputs, b.inputs.data(), n * sizeof(int32_t));
+  if (row_ids_) {  // dropout masks are keyed by the rows' places in the training data
+    SFTDP_ASSERT(b.row_ids.size() == size_t(b.B), "a LoRA-dropout micro-batch without its row ids");
+    ops_.to_device(row_ids_, b.row_ids.data(), size_t(b.B) * sizeof(int64_t));
+  }
   io_.has_segments = b.has_segments();
   io_.has_positions = b.has_positions();
   if (io_.has_segments) ops_.to_device(io_.segments, b.segment_ids.data(), n * sizeof(int32_t));
@@ -248,7 +348,8 @@ void Model::run_head(float* sums, bool backward, int B) {
                                io_.active_weights + r0, r, V);
     if (!backward) continue;
     // Tied head: W is wte, and its gradient lands in the embedding's gradient sums as well.
-    ops_.matmul_bwd(head_dx_, grads_ + head_, nullptr, head_logits_, head_x_, W, r, C, V);
+    // Frozen (LoRA): no head weight gradient.
+    ops_.matmul_bwd(head_dx_, lora() ? nullptr : grads_ + head_, nullptr, head_logits_, head_x_, W, r, C, V);
     ops_.scatter_rows(dhidden_, head_dx_, idx, r, C);
   }
 }
@@ -258,12 +359,14 @@ void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
   // Buckets reported during the passes: an untied head's, then one per block (layer_backward_done).
   const size_t early = ready && io_.n_active > 0 ? head_buckets_ + d_.L : 0;
   if (io_.n_active > 0) {  // else no weighted position: the loss, weight and gradient sums += 0
+    training_ = true;      // LoRA dropout applies (never in forward(), evaluation)
     run_forward(batch.B);
-    run_head(grads_ + layout_.total, /*backward=*/true, batch.B);
+    run_head(grads_ + trainable_layout().total, /*backward=*/true, batch.B);
     if (ready && head_buckets_) ready(buckets_[0].first, buckets_[0].second);
     ready_ = &ready;
     run_backward(batch.B);
     ready_ = nullptr;
+    training_ = false;
   }
   if (!ready) return;
   for (size_t i = early; i < buckets_.size(); ++i) ready(buckets_[i].first, buckets_[i].second);

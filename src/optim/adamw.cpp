@@ -12,13 +12,13 @@
 namespace sftdp::optim {
 
 AdamW::AdamW(model::Model& model) : model_(model) {
-  allocate(zero_shard(model_.layout().total, model_.layout().n_decay, 0, 1));
+  allocate(zero_shard(model_.trainable_layout().total, model_.trainable_layout().n_decay, 0, 1));
 }
 
 AdamW::AdamW(model::Model& model, comm::Communicator& comm, int zero_stage)
     : model_(model), comm_(&comm), sharded_(zero_stage == 1 && comm.world() > 1) {
   SFTDP_ASSERT(zero_stage == 0 || zero_stage == 1, "zero_stage must be 0 or 1");
-  const auto& lay = model_.layout();
+  const auto& lay = model_.trainable_layout();
   allocate(sharded_ ? zero_shard(lay.total, lay.n_decay, comm.rank(), comm.world())
                     : zero_shard(lay.total, lay.n_decay, 0, 1));
 }
@@ -40,7 +40,7 @@ AdamW::~AdamW() {
 }
 
 void AdamW::set_moments_from_host(const std::vector<float>& m, const std::vector<float>& v) {
-  const size_t n = model_.layout().total;
+  const size_t n = model_.trainable_layout().total;
   SFTDP_ASSERT(m.size() == n && v.size() == n, "moment buffer size mismatch");
   const Ops& o = model_.ops();
   const ZeroShard& s = shard_;
@@ -56,7 +56,7 @@ void AdamW::gather_moment(const float* mine, std::vector<float>& out) {
   const Ops& o = model_.ops();
   const ZeroShard& s = shard_;
   if (!sharded_) {
-    out.resize(model_.layout().total);
+    out.resize(model_.trainable_layout().total);
     o.to_host(out.data(), mine, s.block * sizeof(float));
     return;
   }
@@ -65,7 +65,7 @@ void AdamW::gather_moment(const float* mine, std::vector<float>& out) {
   comm_->all_gather(scratch, s.block);
   out.clear();
   if (comm_->rank() != 0) return;
-  out.resize(model_.layout().total);
+  out.resize(model_.trainable_layout().total);
   o.to_host(out.data(), scratch, s.tail_begin * sizeof(float));
   o.to_host(out.data() + s.tail_begin, mine + s.block, s.tail * sizeof(float));
 }
@@ -89,7 +89,7 @@ void AdamW::reduce_gradients() {
 
 StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   const Ops& o = model_.ops();
-  const auto& lay = model_.layout();
+  const auto& lay = model_.trainable_layout();
   const ZeroShard& sh = shard_;
   float sums[2];
   o.to_host(sums, model_.grads() + lay.total, sizeof sums);
@@ -126,14 +126,14 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   const float grad_scale = static_cast<float>(clip / s.weight_sum);
   auto update = [&](size_t begin, float* m, float* v, size_t n, size_t n_decay) {
     if (n == 0) return;
-    o.adamw_update(model_.params() + begin, m, v, model_.grads() + begin, n, n_decay,
+    o.adamw_update(model_.trainable_params() + begin, m, v, model_.grads() + begin, n, n_decay,
                    static_cast<float>(lr), static_cast<float>(cfg.adam_b1),
                    static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
                    static_cast<float>(cfg.adam_weight_decay), t, grad_scale);
   };
   update(sh.begin, m_, v_, sh.block, sh.decay_block);
   update(sh.tail_begin, m_ + sh.block, v_ + sh.block, sh.tail, sh.decay_tail);
-  if (sharded_) comm_->all_gather(model_.params(), sh.block);
+  if (sharded_) comm_->all_gather(model_.trainable_params(), sh.block);
   return s;
 }
 

@@ -54,11 +54,11 @@ std::string MemoryPlan::describe() const {
 }
 
 MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const MemoryChoice& choice, int rank,
-                       int world, bool gpu, bool bf16_activations, int cpu_threads) {
-  const auto f = model::footprint(d, ops, choice.micro_batch, T, choice.remat, bf16_activations);
+                       int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora) {
+  const auto f = model::footprint(d, ops, choice.micro_batch, T, choice.remat, bf16_activations, lora);
   MemoryPlan p;
   p.params = f.params, p.grads = f.grads, p.activations = f.activations;
-  const auto layout = model::param_layout(d);
+  const auto layout = lora.enabled() ? model::lora_layout(d, lora) : model::param_layout(d);  // what AdamW updates
   const optim::ZeroShard shard = choice.zero_stage >= 1 ? optim::zero_shard(layout.total, layout.n_decay, rank, world)
                                                         : optim::zero_shard(layout.total, layout.n_decay, 0, 1);
   p.moments = 2 * shard.owned() * sizeof(float);
@@ -106,10 +106,11 @@ Available available_memory(bool gpu, const comm::MpiSession& mpi) {
 MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batch, const config::ModelDims& d,
                         const Ops& ops, const Available& available, int rank, int world, bool gpu, int cpu_threads) {
   const bool bf16_activations = gpu && cfg.dtype == "bfloat16";
+  const model::LoraSpec lora = model::lora_spec(cfg, d);
   const int T = static_cast<int>(cfg.max_target_length);
   const MemoryChoice now{static_cast<int>(batch.micro_batch), cfg.remat, static_cast<int>(cfg.zero_stage)};
   const auto plan_of = [&](const MemoryChoice& c) {
-    return plan_memory(d, ops, T, c, rank, world, gpu, bf16_activations, cpu_threads);
+    return plan_memory(d, ops, T, c, rank, world, gpu, bf16_activations, cpu_threads, lora);
   };
   const MemoryPlan plan = plan_of(now);
   if (!available.known || plan.total() <= available.bytes) return plan;

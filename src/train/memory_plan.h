@@ -11,6 +11,7 @@
 
 #include "sftdp/comm.h"
 #include "sftdp/config.h"
+#include "sftdp/model.h"
 
 namespace sftdp {
 struct Ops;
@@ -34,7 +35,7 @@ struct MemoryChoice {
 // gpu: the kernels' working memory of the CUDA path (cuBLASLt workspace, scratch); else the CPU
 // twins' (attention tiles per thread) and the host copies a checkpoint makes.
 MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const MemoryChoice& choice, int rank,
-                       int world, bool gpu, bool bf16_activations, int cpu_threads);
+                       int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora = {});
 
 struct Available {
   size_t bytes = 0;

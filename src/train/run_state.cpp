@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "hf/gpt2_hf.h"
+#include "hf/peft.h"
 #include "sftdp/check.h"
 #include "sftdp/log.h"
 
@@ -95,17 +96,46 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
                                int64_t steps_per_epoch) {
   checkpoint::TrainState state;
   std::vector<float> params, m, v;
+  std::vector<float> base;  // LoRA: the frozen base (params then holds the adapters)
   int64_t resumed = 0;
+  const bool lora = model.lora();
   on_rank0(comm, [&] {
+    std::string base_name, base_hash;
+    if (lora) {  // the base first: a resumed checkpoint must have been trained on this one
+      if (cfg.load_parameters_path.empty()) {
+        model::init_params(base, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
+        base_name = "seeded initialisation, seed " + std::to_string(cfg.seed);
+      } else {
+        if (hf::is_hf_dir(cfg.load_parameters_path)) hf::load_hf_params(cfg.load_parameters_path, model.layout(), base);
+        else checkpoint::load_params(cfg.load_parameters_path, model.layout(), base);
+        base_name = cfg.load_parameters_path;
+        log::info("base model (frozen) from %s", base_name.c_str());
+      }
+      base_hash = model::base_hash(model.layout(), base);
+    }
     // The newest checkpoint that loads; newer damaged ones are moved aside with a warning.
-    const auto loaded = cfg.resume ? checkpoint::load_newest(paths.checkpoint_dir, model.layout(),
+    const auto loaded = cfg.resume ? checkpoint::load_newest(paths.checkpoint_dir, model.trainable_layout(),
                                                              params, m, v, state)
                                    : std::nullopt;
+    if (loaded && lora && state.lora_base_hash != base_hash)
+      throw UserError("load_parameters_path: " + *loaded + " holds LoRA adapters trained on the base " +
+                      (state.lora_base.empty() ? std::string("(unnamed)") : state.lora_base) + " (hash " +
+                      (state.lora_base_hash.empty() ? std::string("none: not a LoRA checkpoint") : state.lora_base_hash) +
+                      "), but this run's base is " + base_name + " (hash " + base_hash +
+                      "); resume with that base, or use another run_name");
+    state.lora_base = base_name, state.lora_base_hash = base_hash;
     if (loaded) {
       convert_cursor(state, *loaded, global_batch, steps_per_epoch);
       resumed = 1;
       log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", loaded->c_str(),
                 (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
+    } else if (lora) {
+      if (!cfg.load_adapter_path.empty()) {
+        hf::load_peft_adapter(cfg.load_adapter_path, model.dims(), model.lora_spec(), model.trainable_layout(), params);
+        log::info("initial LoRA adapters from %s", cfg.load_adapter_path.c_str());
+      } else {
+        model::init_lora(params, model.trainable_layout(), static_cast<uint64_t>(cfg.seed));
+      }
     } else if (!cfg.load_parameters_path.empty()) {
       if (hf::is_hf_dir(cfg.load_parameters_path))  // Hugging Face directory (dims checked by config)
         hf::load_hf_params(cfg.load_parameters_path, model.layout(), params);
@@ -116,8 +146,12 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
       model::init_params(params, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
     }
   });
-  const size_t n = model.layout().total;
+  const size_t n = model.trainable_layout().total;
   broadcast_floats(comm, params, n);
+  if (lora) {
+    broadcast_floats(comm, base, model.layout().total);
+    model.set_params_from_host(base);
+  }
   comm.broadcast_host(&resumed, sizeof resumed, 0);
   if (resumed) {
     broadcast_floats(comm, m, n);
@@ -129,7 +163,7 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
     opt.set_moments_from_host(m, v);
   }
   state.global_batch = global_batch;
-  model.set_params_from_host(params);
+  model.set_trainable_from_host(params);
   return state;
 }
 
@@ -140,7 +174,8 @@ void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const mod
   if (comm.rank() != 0) return;
   if (!opt.sharded()) opt.moments_to_host(m, v);
   state.config_yaml = cfg.to_yaml();
-  const auto path = checkpoint::save(paths.checkpoint_dir, model.layout(), model.params_to_host(), m, v, state);
+  const auto path =
+      checkpoint::save(paths.checkpoint_dir, model.trainable_layout(), model.trainable_to_host(), m, v, state);
   checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
   log::info("checkpoint %s", path.c_str());
 }
@@ -150,6 +185,12 @@ void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model
   std::error_code ec;
   fs::remove_all(hf_dir, ec);  // an earlier end of this run; the new final checkpoint supersedes it
   if (ec) throw UserError("hf_export: cannot replace " + hf_dir + ": " + ec.message());
+  if (model.lora()) {  // a PEFT adapter directory; sft_export --merge writes the merged model
+    hf::write_peft_adapter(hf_dir, model.dims(), model.lora_spec(), model.trainable_layout(), model.trainable_to_host(),
+                           cfg.load_parameters_path);
+    log::info("PEFT adapter %s", hf_dir.c_str());
+    return;
+  }
   hf::export_hf(hf_dir, model.dims(), model.layout(), model.params_to_host(), cfg.hf_export_tokenizer,
                 cfg.load_parameters_path);
   log::info("hugging face model %s", hf_dir.c_str());

@@ -88,8 +88,11 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   check_output_directory(cfg, paths, comm);
 
   // dtype: bfloat16 keeps the GEMM-only activations as bf16 too (SPEC §3; exact: see sftdp/model.h).
+  // LoRA (issue 17): adapters on a frozen base; the optimiser, the allreduce and the checkpoints
+  // then hold only the adapters (model.trainable_layout()).
+  const model::LoraSpec lora = model::lora_spec(cfg, dims);
   const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T, cfg.remat,
-                                           dev.gpu && cfg.dtype == "bfloat16");
+                                           dev.gpu && cfg.dtype == "bfloat16", lora);
   model::Model& model = *model_ptr;
   optim::AdamW opt(model, comm, static_cast<int>(cfg.zero_stage));
   checkpoint::TrainState state =
@@ -103,7 +106,16 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
             (long long)sampler.rows_left_over());
   log::info("optimizer: zero_stage %lld, AdamW moments %.3f MiB on this rank (%zu of %zu floats each of m, v)",
             (long long)cfg.zero_stage, opt.moment_bytes() / 1048576.0, opt.shard().owned(),
-            model.layout().total);
+            model.trainable_layout().total);
+  if (model.lora()) {
+    std::string modules;
+    for (const auto& m : lora.modules) modules += (modules.empty() ? "" : " ") + m;
+    const double grad_mib = model.grad_buffer_floats() * sizeof(float) / 1048576.0;
+    log::info("lora: rank %d, alpha %g (scale %g), dropout %g on %s: %zu trainable of %zu parameters (%.4f%%); "
+              "gradient buffer %.3f MiB, allreduce %.3f MiB per step; base frozen",
+              lora.rank, lora.alpha, double(lora.scale()), lora.dropout, modules.c_str(), model.trainable_layout().total,
+              model.layout().total, 100.0 * model.trainable_layout().total / model.layout().total, grad_mib, grad_mib);
+  }
   // The activation memory either way, so that the log shows what remat saves (or would).
   const size_t act = model.activation_bytes(), saved = model.remat_saved_bytes();
   if (available.known)
@@ -149,6 +161,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     const auto t0 = Clock::now();
     comm::set_collective_context("of step " + std::to_string(state.step + 1));
     const auto rows = sampler.step_rows(state.epoch, state.step_in_epoch);
+    model.set_step(state.step);  // LoRA dropout masks: seeded by (seed, step, row, position)
     model.zero_grads();
     // Only this rank reads (and checks) its rows: a bad one ends the job from here, exit 2.
     or_abort_job(comm, [&] {
@@ -201,7 +214,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     const bool last = state.step == total_steps;
     if (cfg.param_check_period > 0 && comm.world() > 1 &&
         (state.step % cfg.param_check_period == 0 || last)) {
-      if (const int n = ranks_differing_from_rank0(model.params_to_host(), comm); n > 0)
+      if (const int n = ranks_differing_from_rank0(model.trainable_to_host(), comm); n > 0)
         die_internal("sftdp", "parameter check", std::to_string(n) + " rank(s) hold parameters that "
                      "differ from rank 0's after step " + std::to_string(state.step), __FILE__, __LINE__);
     }
