@@ -126,12 +126,7 @@ void validate_lora(const Config& cfg) {
   if (!(cfg.lora_alpha > 0)) fail("lora_alpha", "must be > 0, got " + format_double(cfg.lora_alpha));
   if (!(cfg.lora_dropout >= 0 && cfg.lora_dropout < 1))
     fail("lora_dropout", "must be in [0, 1), got " + format_double(cfg.lora_dropout));
-  if (cfg.lora_rank > 0) {
-    if (!cfg.hf_export_tokenizer.empty())
-      fail("hf_export_tokenizer", "a LoRA run's hf/ is a PEFT adapter directory, which holds no tokenizer "
-           "(sft_export --merge --tokenizer writes the merged model with one)");
-    return;
-  }
+  if (cfg.lora_rank > 0) return;
   if (!cfg.lora_target_modules.empty()) fail("lora_target_modules", "is set but lora_rank is 0 (no LoRA)");
   if (!cfg.load_adapter_path.empty()) fail("load_adapter_path", "is set but lora_rank is 0 (no LoRA)");
   if (cfg.lora_dropout > 0) fail("lora_dropout", "is set but lora_rank is 0 (no LoRA)");

@@ -183,6 +183,14 @@ void write_directory(const std::string& out_dir, const std::function<void(const 
   }
 }
 
+void copy_into(const std::vector<fs::path>& files, const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& f : files) {
+    fs::copy_file(f, dir / f.filename(), ec);
+    if (ec) throw UserError(f.string() + ": cannot copy: " + ec.message());
+  }
+}
+
 void export_hf(const std::string& out_dir, const config::ModelDims& d, const model::ParamLayout& layout,
                const std::vector<float>& params, const std::string& tokenizer_dir, const std::string& source_dir) {
   std::vector<fs::path> tokenizer_paths;
@@ -204,11 +212,7 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
     write_json(temp / "config.json", cfg);
     write_json(temp / "generation_config.json", generation_config(d, sources, ids));
     write_safetensors((temp / "model.safetensors").string(), tensors, {{"format", "pt"}});
-    std::error_code ec;
-    for (const auto& f : tokenizer_paths) {
-      fs::copy_file(f, temp / f.filename(), ec);
-      if (ec) throw UserError(f.string() + ": cannot copy: " + ec.message());
-    }
+    copy_into(tokenizer_paths, temp);
   });
 }
 
@@ -250,9 +254,7 @@ void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_
     std::vector<float> adapters;
     checkpoint::load_params(checkpoint_h5, adapters_layout, adapters);
     if (!merge) {
-      if (!tokenizer_dir.empty())
-        throw UserError("--tokenizer: a PEFT adapter directory holds no tokenizer (add --merge for a whole model)");
-      write_peft_adapter(out_dir, d, spec, adapters_layout, adapters, cfg.load_parameters_path);
+      write_peft_adapter(out_dir, d, spec, adapters_layout, adapters, cfg.load_parameters_path, tokenizer_dir);
       return;
     }
     params = lora_base_of(checkpoint_h5, cfg, d, layout);

@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace sftdp::hf {
 
 void write_directory(const std::string& out_dir, const std::function<void(const std::filesystem::path& temp)>& fill);
+// Copies each file into dir under its own name (tokenizer files into an exported directory).
+void copy_into(const std::vector<std::filesystem::path>& files, const std::filesystem::path& dir);
 
 }  // namespace sftdp::hf

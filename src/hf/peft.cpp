@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "hf/gpt2_hf.h"
 #include "hf/out_dir.h"
 #include "hf/safetensors.h"
 #include "sftdp/check.h"
@@ -52,7 +53,7 @@ void check_config(const json& c, const std::string& file, const config::ModelDim
   for (const char* key : {"use_rslora", "use_dora"})
     if (c.contains(key) && c[key].is_boolean() && c[key].get<bool>()) fail(key, "is true; sft-dp trains plain LoRA");
   if (c.contains("bias") && c["bias"] != "none") fail("bias", "must be \"none\" (sft-dp trains no biases)");
-  for (const char* key : {"modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern"})
+  for (const char* key : {"modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern", "layer_replication"})
     if (c.contains(key) && !c[key].is_null() && !(c[key].is_object() && c[key].empty()) &&
         !(c[key].is_array() && c[key].empty()))
       fail(key, "is set; sft-dp trains the same adapter on every layer and nothing else");
@@ -110,7 +111,7 @@ void load_peft_adapter(const std::string& dir, const config::ModelDims& d, const
 
 void write_peft_adapter(const std::string& out_dir, const config::ModelDims& d, const model::LoraSpec& spec,
                         const model::ParamLayout& layout, const std::vector<float>& adapters,
-                        const std::string& base_model_name_or_path) {
+                        const std::string& base_model_name_or_path, const std::string& tokenizer_dir) {
   SFTDP_ASSERT(adapters.size() == layout.total, "adapter buffer size differs from its layout");
   json cfg = {{"peft_type", "LORA"},
               {"task_type", "CAUSAL_LM"},
@@ -130,7 +131,11 @@ void write_peft_adapter(const std::string& out_dir, const config::ModelDims& d, 
   std::vector<NamedTensor> tensors;
   for (const auto& t : layout.tensors)
     tensors.push_back({peft_tensor_name(d, t.name), t.shape, adapters.data() + t.offset});
+  std::vector<fs::path> tokenizer_paths;
+  if (!tokenizer_dir.empty())
+    for (const auto& f : tokenizer_files(tokenizer_dir, "--tokenizer")) tokenizer_paths.emplace_back(f);
   write_directory(out_dir, [&](const fs::path& temp) {
+    copy_into(tokenizer_paths, temp);
     std::ofstream out(temp / kConfigFile);
     out << cfg.dump(2) << "\n";
     if (!out.flush()) throw UserError((temp / kConfigFile).string() + ": cannot write");

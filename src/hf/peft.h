@@ -25,9 +25,10 @@ void load_peft_adapter(const std::string& dir, const config::ModelDims& d, const
 
 // Writes adapter_config.json and adapter_model.safetensors (fp32) for adapters into out_dir (a
 // temporary sibling directory renamed at the end; out_dir must not exist or be empty).
-// base_model_name_or_path goes into adapter_config.json as PEFT records it.
+// base_model_name_or_path goes into adapter_config.json as PEFT records it; tokenizer files are
+// copied from tokenizer_dir when it is not empty (as TRL saves them beside an adapter).
 void write_peft_adapter(const std::string& out_dir, const config::ModelDims& d, const model::LoraSpec& spec,
                         const model::ParamLayout& layout, const std::vector<float>& adapters,
-                        const std::string& base_model_name_or_path);
+                        const std::string& base_model_name_or_path, const std::string& tokenizer_dir = "");
 
 }  // namespace sftdp::hf

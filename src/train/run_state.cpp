@@ -187,7 +187,7 @@ void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model
   if (ec) throw UserError("hf_export: cannot replace " + hf_dir + ": " + ec.message());
   if (model.lora()) {  // a PEFT adapter directory; sft_export --merge writes the merged model
     hf::write_peft_adapter(hf_dir, model.dims(), model.lora_spec(), model.trainable_layout(), model.trainable_to_host(),
-                           cfg.load_parameters_path);
+                           cfg.load_parameters_path, cfg.hf_export_tokenizer);
     log::info("PEFT adapter %s", hf_dir.c_str());
     return;
   }

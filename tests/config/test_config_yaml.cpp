@@ -43,7 +43,8 @@ std::vector<Config> configs_touching_every_key() {
                          "num_decoder_layers=1", "num_heads=2", "emb_dim=16", "mlp_dim=40",
                          "vocab_size=300", "max_position_embeddings=96", "decoder_block=qwen3",
                          "num_kv_heads=1", "head_dim=8", "rms_norm_eps=1e-6", "rope_theta=500000",
-                         "tie_word_embeddings=false"})
+                         "tie_word_embeddings=false", "lora_rank=8", "lora_alpha=16", "lora_dropout=0.05",
+                         "lora_target_modules=[q_proj, 'mlp.down_proj']", "load_adapter_path='adapters/run 1'"})
     b.push_back(kv);
   return {from_yaml_text("", a), from_yaml_text("", b)};
 }

@@ -11,7 +11,9 @@ is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequ
 - resume from a CPU checkpoint on the GPU, and from a GPU checkpoint on the CPU, continue the
   trajectory (1e-5 relative against the uninterrupted run);
 - two ranks on a host with one GPU: hardware=auto runs both on the CPU, hardware=gpu exits 2;
-- a rank stopped (SIGSTOP) in a 2-GPU job ends it within collective_timeout_s, named by rank 0."""
+- a rank stopped (SIGSTOP) in a 2-GPU job ends it within collective_timeout_s, named by rank 0;
+- LoRA (issue 17, all-linear adapters with dropout on the Llama family): 2 GPU ranks over NCCL,
+  with zero_stage 1 or allreduce_overlap, train the adapters of 1 CPU rank (1e-5 / 1e-4)."""
 import json
 import os
 import re
@@ -125,6 +127,20 @@ def test_zero1_and_overlap_over_nccl_equal_the_plain_run(runs, note):
     assert max_rel(zero1[1]["params"], plain[1]["params"]) <= 1e-6
     # Each bucket's elements are summed as the whole buffer's are: the same bits (two ranks).
     assert bitwise(overlap, plain)
+
+
+LORA = dict(lora_rank=4, lora_alpha=8, lora_dropout=0.1, lora_target_modules="all-linear", learning_rate=1e-2)
+
+
+def test_lora_over_nccl_trains_the_cpu_ranks_adapters(runs, note):
+    cpu = runs("llama_lora_cpu", "llama", hardware="cpu", **LORA)
+    assert sorted(cpu[1]["params"]) == sorted(k for k in cpu[1]["params"] if ".lora_" in k)  # adapters only
+    for name, keys in {"plain": {}, "zero1": {"zero_stage": 1}, "overlap": {"allreduce_overlap": True}}.items():
+        gpu = runs(f"llama_lora_gpu_w2_{name}", "llama", world=2, hardware="gpu", **LORA, **keys)
+        note(f"cuda e2e LoRA {name}: 2 GPU ranks vs 1 CPU rank: losses {rel(losses(gpu[0]), losses(cpu[0])):.1e}, "
+             f"adapters {max_rel(gpu[1]['params'], cpu[1]['params']):.1e}")
+        assert rel(losses(gpu[0]), losses(cpu[0])) <= 1e-5, name
+        assert max_rel(gpu[1]["params"], cpu[1]["params"]) <= 1e-4, name
 
 
 def test_bf16_tracks_fp32(runs):
