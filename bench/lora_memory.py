@@ -16,22 +16,10 @@ import subprocess
 import tempfile
 import time
 
-import h5py
-import numpy as np
+from long_context import make_rows  # bench/ is on the path: the script's own directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("SFTDP_BUILD_DIR", os.path.join(ROOT, "build"))
-
-
-def make_rows(path, rows, T, vocab):
-    rng = np.random.default_rng(0)
-    with h5py.File(path, "w") as f:
-        f.create_dataset("inputs", data=rng.integers(0, vocab, (rows, T), dtype=np.int32))
-        f.create_dataset("targets", data=rng.integers(0, vocab, (rows, T), dtype=np.int32))
-        w = np.zeros((rows, T), dtype=np.float32)
-        w[:, T // 2:] = 1
-        f.create_dataset("loss_weights", data=w)
-        f.attrs["vocab_size"] = np.int64(vocab)
 
 
 def run(args, work, data, keys):
@@ -65,7 +53,7 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="sftdp_lora_")
     data = f"{work}/rows.h5"
-    make_rows(data, 4, args.T, 49152)
+    make_rows(data, 4, args.T, 49152, 0)
     cases = [("full fine-tuning", {}),
              ("LoRA r=16, q_proj v_proj", {"lora_rank": 16, "lora_alpha": 32}),
              ("LoRA r=16, all-linear", {"lora_rank": 16, "lora_alpha": 32, "lora_target_modules": "all-linear"})]

@@ -19,16 +19,16 @@
 #include <cstdint>
 
 namespace sftdp::cpu {
-void lora_fwd(float* out, int ldo, float* u,                 // (N,OC | ldo) += ; (N,r) =
+void lora_fwd(float* out, int ldo, float* u,                   // (N,OC | ldo) += ; (N,r) =
               const float* x, const float* A, const float* B,  // (N,IC) (r,IC) (OC,r)
               float scale, int N, int IC, int r, int OC);
-void lora_bwd(float* dx, float* dA, float* dB, float* du,     // (N,IC) += ; (r,IC) += ; (OC,r) += ; (N,r) =
-              const float* dout, int ldo,                     // (N,OC | ldo)
-              const float* x, const float* u,                 // (N,IC) (N,r)
-              const float* A, const float* B,                 // (r,IC) (OC,r)
+void lora_bwd(float* dx, float* dA, float* dB, float* du,  // (N,IC) += ; (r,IC) += ; (OC,r) += ; (N,r) =
+              const float* dout, int ldo,                  // (N,OC | ldo)
+              const float* x, const float* u,              // (N,IC) (N,r)
+              const float* A, const float* B,              // (r,IC) (OC,r)
               float scale, int N, int IC, int r, int OC);
-void lora_dropout(float* out, const float* inp,               // (N,C) = ; (N,C)
-                  const int64_t* rows, uint64_t key,          // (N / T)
+void lora_dropout(float* out, const float* inp,       // (N,C) = ; (N,C)
+                  const int64_t* rows, uint64_t key,  // (N / T)
                   float p, float keep_scale, int N, int T, int C);
 }  // namespace sftdp::cpu
 
@@ -61,8 +61,8 @@ SFTDP_HD inline bool keep(uint64_t key, int64_t row, int position, int channel, 
 // stream. GEMMs through cuBLASLt (kernels/cuda/gemm.cuh); _bf16: every GEMM's inputs rounded to
 // bf16 first (GemmInputs::kBf16), fp32 accumulation. lora_dropout matches the CPU twin bit for bit.
 namespace sftdp::cuda {
-void lora_fwd(float* out, int ldo, float* u, const float* x, const float* A, const float* B, float scale, int N,
-              int IC, int r, int OC, cudaStream_t stream);
+void lora_fwd(float* out, int ldo, float* u, const float* x, const float* A, const float* B, float scale, int N, int IC,
+              int r, int OC, cudaStream_t stream);
 void lora_bwd(float* dx, float* dA, float* dB, float* du, const float* dout, int ldo, const float* x, const float* u,
               const float* A, const float* B, float scale, int N, int IC, int r, int OC, cudaStream_t stream);
 void lora_fwd_bf16(float* out, int ldo, float* u, const float* x, const float* A, const float* B, float scale, int N,

@@ -47,10 +47,10 @@ struct Config {
   bool remat = false;  // keep only each block's output; recompute the rest in backward
   // LoRA (issue 17): PEFT's names and meanings; lora_rank 0 = full fine-tuning
   int64_t lora_rank = 0;
-  double lora_alpha = 8;    // the adapters' scale is lora_alpha / lora_rank
-  double lora_dropout = 0;  // on the adapters' input; masks seeded by (seed, step, row, position)
+  double lora_alpha = 8;                         // the adapters' scale is lora_alpha / lora_rank
+  double lora_dropout = 0;                       // on the adapters' input; masks seeded by (seed, step, row, position)
   std::vector<std::string> lora_target_modules;  // Hugging Face module names, all-linear; [] = PEFT's default
-  std::string load_adapter_path;  // a PEFT adapter directory to start from; "" = PEFT's initialisation
+  std::string load_adapter_path;                 // a PEFT adapter directory to start from; "" = PEFT's initialisation
   // Optimiser
   double learning_rate = 3e-4;
   double warmup_steps_fraction = 0.1;

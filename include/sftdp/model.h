@@ -254,9 +254,9 @@ class Model {
  private:
   struct Adapter {
     const LinearModule* module;
-    size_t a, b;          // offsets of lora_A, lora_B in the adapters' buffer
-    float* u;             // (max_B·T, r): A x', kept for backward
-    uint64_t index = 0;   // the adapter's number, folded into its dropout key
+    size_t a, b;         // offsets of lora_A, lora_B in the adapters' buffer
+    float* u;            // (max_B·T, r): A x', kept for backward
+    uint64_t index = 0;  // the adapter's number, folded into its dropout key
   };
   void make_adapters();
   const float* lora_input(const Adapter& ad, const float* x, int B);  // x or its dropout
@@ -270,7 +270,7 @@ class Model {
   float *lora_du_ = nullptr, *lora_x_ = nullptr, *lora_dx_ = nullptr;  // scratch; the last two with dropout
   int64_t* row_ids_ = nullptr;  // (max_B): the micro-batch's rows in the training data (dropout)
   int64_t step_ = 0;
-  bool training_ = false;       // inside forward_backward: dropout applies
+  bool training_ = false;  // inside forward_backward: dropout applies
   void upload(const data::Batch& b);
   // The fused head on the gathered positions: loss and weight sums += into sums; with backward,
   // the head weight's gradient += and dhidden_ = (0 on positions outside the head).
@@ -330,8 +330,8 @@ class Gpt2 final : public Model {
 
 class Llama final : public Model {
  public:
-  Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-        bool bf16_activations = false, const LoraSpec& lora = {});
+  Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false,
+        const LoraSpec& lora = {});
   ~Llama() override;
 
  private:

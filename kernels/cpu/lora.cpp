@@ -8,8 +8,8 @@
 
 namespace sftdp::cpu {
 
-void lora_fwd(float* out, int ldo, float* u, const float* x, const float* A, const float* B, float scale, int N,
-              int IC, int r, int OC) {
+void lora_fwd(float* out, int ldo, float* u, const float* x, const float* A, const float* B, float scale, int N, int IC,
+              int r, int OC) {
   if (N == 0) return;
   // u(N,r) = x(N,IC) · A(r,IC)ᵀ
   parallel_sgemm(CblasNoTrans, CblasTrans, N, r, IC, 1.0f, x, IC, A, IC, 0.0f, u, r);

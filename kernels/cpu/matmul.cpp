@@ -32,8 +32,7 @@ void matmul_fwd(float* out,                                                 // (
       std::copy(bias, bias + OC, out + static_cast<size_t>(n) * OC);
   }
   // out(N,OC) (+)= inp(N,IC) · weight(OC,IC)ᵀ
-  parallel_sgemm(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, bias ? 1.0f : 0.0f,
-                 out, OC);
+  parallel_sgemm(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, bias ? 1.0f : 0.0f, out, OC);
 }
 
 void matmul_bwd(float* dinp, float* dweight, float* dbias,                 // (N,IC) = ; (OC,IC) += ; (OC) +=

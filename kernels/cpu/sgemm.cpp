@@ -22,11 +22,10 @@ std::string gemm_shape(int M, int N, int K, int lda, int ldb, int ldc) {
 
 }  // namespace
 
-void parallel_sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int M, int N, int K, float alpha,
-                    const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+void parallel_sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int M, int N, int K, float alpha, const float* A,
+                    int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   const bool a_t = trans_a == CblasTrans, b_t = trans_b == CblasTrans;
-  const bool ok = M > 0 && N > 0 && K > 0 && A && B && C && lda >= (a_t ? M : K) && ldb >= (b_t ? K : N) &&
-                  ldc >= N;
+  const bool ok = M > 0 && N > 0 && K > 0 && A && B && C && lda >= (a_t ? M : K) && ldb >= (b_t ? K : N) && ldc >= N;
   SFTDP_ASSERT(ok, "bad cblas_sgemm arguments: " + gemm_shape(M, N, K, lda, ldb, ldc));
   use_single_threaded_blas();
   const bool split_rows = M >= N;

@@ -8,7 +8,7 @@
 
 namespace sftdp::cpu {
 
-void parallel_sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int M, int N, int K, float alpha,
-                    const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+void parallel_sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int M, int N, int K, float alpha, const float* A,
+                    int lda, const float* B, int ldb, float beta, float* C, int ldc);
 
 }  // namespace sftdp::cpu

@@ -56,8 +56,8 @@ __global__ void lora_dropout_kernel(float* out, const float* inp, const int64_t*
 
 }  // namespace
 
-void lora_fwd(float* out, int ldo, float* u, const float* x, const float* A, const float* B, float scale, int N,
-              int IC, int r, int OC, cudaStream_t stream) {
+void lora_fwd(float* out, int ldo, float* u, const float* x, const float* A, const float* B, float scale, int N, int IC,
+              int r, int OC, cudaStream_t stream) {
   fwd(out, ldo, u, x, A, B, scale, N, IC, r, OC, /*bf16=*/false, stream);
 }
 void lora_bwd(float* dx, float* dA, float* dB, float* du, const float* dout, int ldo, const float* x, const float* u,

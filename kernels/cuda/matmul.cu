@@ -33,7 +33,8 @@ void bwd(float* dinp, float* dweight, float* dbias, const float* dout, const flo
   // dinp[N,IC] = dout[N,OC] · weight[OC,IC]   (=)
   gemm(false, false, N, IC, OC, 1.f, dout, OC, weight, IC, 0.f, dinp, IC, nullptr, bf16, GemmBatch{}, stream);
   // dweight[OC,IC] += dout[N,OC]ᵀ · inp[N,IC]; null: a frozen weight (LoRA), no gradient
-  if (dweight) gemm(true, false, OC, IC, N, 1.f, dout, OC, inp, IC, 1.f, dweight, IC, nullptr, bf16, GemmBatch{}, stream);
+  if (dweight)
+    gemm(true, false, OC, IC, N, 1.f, dout, OC, inp, IC, 1.f, dweight, IC, nullptr, bf16, GemmBatch{}, stream);
   // dbias[OC] += Σ_n dout[n, :]
   if (dbias) add_column_sums(dbias, dout, N, OC, stream);
 }

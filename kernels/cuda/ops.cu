@@ -116,8 +116,10 @@ constexpr Ops make_cuda_ops() {
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
       .bf16_pack = on_stream<&cpu::bf16_pack, &cuda::bf16_pack>(),
       .bf16_unpack = on_stream<&cpu::bf16_unpack, &cuda::bf16_unpack>(),
-      .lora_fwd = bf16 ? on_stream<&cpu::lora_fwd, &cuda::lora_fwd_bf16>() : on_stream<&cpu::lora_fwd, &cuda::lora_fwd>(),
-      .lora_bwd = bf16 ? on_stream<&cpu::lora_bwd, &cuda::lora_bwd_bf16>() : on_stream<&cpu::lora_bwd, &cuda::lora_bwd>(),
+      .lora_fwd =
+          bf16 ? on_stream<&cpu::lora_fwd, &cuda::lora_fwd_bf16>() : on_stream<&cpu::lora_fwd, &cuda::lora_fwd>(),
+      .lora_bwd =
+          bf16 ? on_stream<&cpu::lora_bwd, &cuda::lora_bwd_bf16>() : on_stream<&cpu::lora_bwd, &cuda::lora_bwd>(),
       .lora_dropout = on_stream<&cpu::lora_dropout, &cuda::lora_dropout>(),
   };
 }

@@ -3,8 +3,8 @@
 // Llama/Qwen2/Qwen3ForCausalLM for the Llama family: config.json, generation_config.json,
 // model.safetensors, tokenizer files copied through) that
 // transformers.AutoModelForCausalLM.from_pretrained loads; a LoRA checkpoint's adapters as a PEFT
-// adapter directory (peft.PeftModel.from_pretrained), or with --merge the merged model. Exit 0 ok, 2 bad usage or input (one
-// `error:` line, nothing written), 1 anything else.
+// adapter directory (peft.PeftModel.from_pretrained), or with --merge the merged model. Exit 0 ok, 2 bad usage or input
+// (one `error:` line, nothing written), 1 anything else.
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -45,7 +45,7 @@ std::vector<std::string> tokenizer_files(const std::string& source, const std::s
 // (issue 17) gives a PEFT adapter directory (hf/peft.h), or with merge the whole model with
 // W + s·B·A, its base read from the run's load_parameters_path (or seed) and checked against the
 // checkpoint's lora_base_hash.
-void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir,
-                       const std::string& tokenizer_dir, bool merge = false);
+void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir, const std::string& tokenizer_dir,
+                       bool merge = false);
 
 }  // namespace sftdp::hf

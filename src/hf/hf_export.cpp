@@ -219,12 +219,15 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
 namespace {
 // The base a LoRA checkpoint was trained on, as the run read it, checked against the checkpoint's
 // lora_base_hash.
-std::vector<float> lora_base_of(const std::string& checkpoint_h5, const config::Config& cfg,
-                                const config::ModelDims& d, const model::ParamLayout& layout) {
+std::vector<float> lora_base_of(const std::string& checkpoint_h5, const config::Config& cfg, const config::ModelDims& d,
+                                const model::ParamLayout& layout) {
   std::vector<float> base;
-  if (cfg.load_parameters_path.empty()) model::init_params(base, layout, d, static_cast<uint64_t>(cfg.seed));
-  else if (is_hf_dir(cfg.load_parameters_path)) load_hf_params(cfg.load_parameters_path, layout, base);
-  else checkpoint::load_params(cfg.load_parameters_path, layout, base);
+  if (cfg.load_parameters_path.empty())
+    model::init_params(base, layout, d, static_cast<uint64_t>(cfg.seed));
+  else if (is_hf_dir(cfg.load_parameters_path))
+    load_hf_params(cfg.load_parameters_path, layout, base);
+  else
+    checkpoint::load_params(cfg.load_parameters_path, layout, base);
   const std::string want = root_string_attr(checkpoint_h5, "lora_base_hash", /*required=*/true);
   const std::string got = model::base_hash(layout, base);
   if (got != want)
@@ -235,8 +238,8 @@ std::vector<float> lora_base_of(const std::string& checkpoint_h5, const config::
 }
 }  // namespace
 
-void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir,
-                       const std::string& tokenizer_dir, bool merge) {
+void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir, const std::string& tokenizer_dir,
+                       bool merge) {
   const std::string yaml = root_string_attr(checkpoint_h5, "config", /*required=*/true);
   config::Config cfg;
   config::ModelDims d;

@@ -53,19 +53,22 @@ void check_config(const json& c, const std::string& file, const config::ModelDim
   for (const char* key : {"use_rslora", "use_dora"})
     if (c.contains(key) && c[key].is_boolean() && c[key].get<bool>()) fail(key, "is true; sft-dp trains plain LoRA");
   if (c.contains("bias") && c["bias"] != "none") fail("bias", "must be \"none\" (sft-dp trains no biases)");
-  for (const char* key : {"modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern", "layer_replication"})
+  for (const char* key :
+       {"modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern", "layer_replication"})
     if (c.contains(key) && !c[key].is_null() && !(c[key].is_object() && c[key].empty()) &&
         !(c[key].is_array() && c[key].empty()))
       fail(key, "is set; sft-dp trains the same adapter on every layer and nothing else");
   std::vector<std::string> targets;
   const json t = c.value("target_modules", json());
-  if (t.is_string()) targets = {t.get<std::string>()};
+  if (t.is_string())
+    targets = {t.get<std::string>()};
   else if (t.is_array())
     for (const auto& x : t) {
       if (!x.is_string()) fail("target_modules", "must be a list of module names");
       targets.push_back(x.get<std::string>());
     }
-  else fail("target_modules", "must be a module name or a list of them");
+  else
+    fail("target_modules", "must be a module name or a list of them");
   const auto modules = model::resolve_lora_targets(d, targets, file + ": target_modules");
   if (modules != spec.modules) {
     auto text = [](const std::vector<std::string>& v) {

@@ -159,8 +159,8 @@ void Gpt2::run_backward(int B) {
   // a.scratch_btc (dhidden_) holds d ln_f output; the head's share of dwte is already in g + wte_.
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
-  o.layernorm_bwd(a.dresidual, g ? g + lnf_w_ : nullptr, g ? g + lnf_b_ : nullptr, a.scratch_btc, last, p + lnf_w_, a.lnf_mean,
-                  a.lnf_rstd, N, C);
+  o.layernorm_bwd(a.dresidual, g ? g + lnf_w_ : nullptr, g ? g + lnf_b_ : nullptr, a.scratch_btc, last, p + lnf_w_,
+                  a.lnf_mean, a.lnf_rstd, N, C);
   for (int l = d_.L - 1; l >= 0; --l) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];

@@ -21,12 +21,9 @@ std::vector<LinearModule> linear_modules(const config::ModelDims& d) {
             {"mlp.c_proj", LoraSite::kMlpProj, 0, C, F}};
   const int Q = d.attn_dim(), KV = d.kv_heads() * d.head_size();
   // attn.qkv stacks q | k | v rows, mlp.fc gate | up rows (src/hf/llama_names.h).
-  return {{"self_attn.q_proj", LoraSite::kQkv, 0, Q, C},
-          {"self_attn.k_proj", LoraSite::kQkv, Q, KV, C},
-          {"self_attn.v_proj", LoraSite::kQkv, Q + KV, KV, C},
-          {"self_attn.o_proj", LoraSite::kAttnProj, 0, C, Q},
-          {"mlp.gate_proj", LoraSite::kFc, 0, F, C},
-          {"mlp.up_proj", LoraSite::kFc, F, F, C},
+  return {{"self_attn.q_proj", LoraSite::kQkv, 0, Q, C},       {"self_attn.k_proj", LoraSite::kQkv, Q, KV, C},
+          {"self_attn.v_proj", LoraSite::kQkv, Q + KV, KV, C}, {"self_attn.o_proj", LoraSite::kAttnProj, 0, C, Q},
+          {"mlp.gate_proj", LoraSite::kFc, 0, F, C},           {"mlp.up_proj", LoraSite::kFc, F, F, C},
           {"mlp.down_proj", LoraSite::kMlpProj, 0, C, F}};
 }
 
@@ -51,8 +48,10 @@ std::vector<std::string> resolve_lora_targets(const config::ModelDims& d, std::v
                                               const std::string& what) {
   const auto modules = linear_modules(d);
   if (targets.empty()) {
-    if (d.block == config::Block::kGpt2) targets = {"c_attn"};
-    else targets = {"q_proj", "v_proj"};
+    if (d.block == config::Block::kGpt2)
+      targets = {"c_attn"};
+    else
+      targets = {"q_proj", "v_proj"};
   }
   std::set<std::string> chosen;
   for (const auto& t : targets) {
@@ -128,8 +127,7 @@ void init_lora(std::vector<float>& params, const ParamLayout& layout, uint64_t s
 
 void merge_lora(std::vector<float>& base, const ParamLayout& base_layout, const config::ModelDims& d,
                 const LoraSpec& spec, const ParamLayout& adapters_layout, const std::vector<float>& adapters) {
-  static const char* const kSiteTensor[4] = {"attn.qkv.weight", "attn.proj.weight", "mlp.fc.weight",
-                                             "mlp.proj.weight"};
+  static const char* const kSiteTensor[4] = {"attn.qkv.weight", "attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight"};
   const int r = spec.rank;
   const double scale = spec.alpha / r;
   for (int l = 0; l < d.L; ++l)

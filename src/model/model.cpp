@@ -30,8 +30,7 @@ ParamLayout param_layout(const config::ModelDims& d) {
 
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat,
                                   bool bf16_activations, const LoraSpec& lora) {
-  if (d.block == config::Block::kLlama)
-    return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations, lora);
+  if (d.block == config::Block::kLlama) return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations, lora);
   return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations, lora);
 }
 
@@ -160,8 +159,7 @@ void Model::lora_backward(int l, LoraSite site, float* dx, const float* dout, in
     const float* A = lora_params_ + ad.a;
     const float* Bw = lora_params_ + ad.b;
     if (in == x) {
-      ops_.lora_bwd(dx, dA, dB, lora_du_, dout + m.col, ldo, in, ad.u, A, Bw, lora_.scale(), N, m.IC, lora_.rank,
-                    m.OC);
+      ops_.lora_bwd(dx, dA, dB, lora_du_, dout + m.col, ldo, in, ad.u, A, Bw, lora_.scale(), N, m.IC, lora_.rank, m.OC);
       continue;
     }
     // Dropout: d x' through the mask (its own backward), then into dx.

@@ -126,9 +126,8 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   const float grad_scale = static_cast<float>(clip / s.weight_sum);
   auto update = [&](size_t begin, float* m, float* v, size_t n, size_t n_decay) {
     if (n == 0) return;
-    o.adamw_update(model_.trainable_params() + begin, m, v, model_.grads() + begin, n, n_decay,
-                   static_cast<float>(lr), static_cast<float>(cfg.adam_b1),
-                   static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
+    o.adamw_update(model_.trainable_params() + begin, m, v, model_.grads() + begin, n, n_decay, static_cast<float>(lr),
+                   static_cast<float>(cfg.adam_b1), static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
                    static_cast<float>(cfg.adam_weight_decay), t, grad_scale);
   };
   update(sh.begin, m_, v_, sh.block, sh.decay_block);

@@ -106,23 +106,26 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
         model::init_params(base, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
         base_name = "seeded initialisation, seed " + std::to_string(cfg.seed);
       } else {
-        if (hf::is_hf_dir(cfg.load_parameters_path)) hf::load_hf_params(cfg.load_parameters_path, model.layout(), base);
-        else checkpoint::load_params(cfg.load_parameters_path, model.layout(), base);
+        if (hf::is_hf_dir(cfg.load_parameters_path))
+          hf::load_hf_params(cfg.load_parameters_path, model.layout(), base);
+        else
+          checkpoint::load_params(cfg.load_parameters_path, model.layout(), base);
         base_name = cfg.load_parameters_path;
         log::info("base model (frozen) from %s", base_name.c_str());
       }
       base_hash = model::base_hash(model.layout(), base);
     }
     // The newest checkpoint that loads; newer damaged ones are moved aside with a warning.
-    const auto loaded = cfg.resume ? checkpoint::load_newest(paths.checkpoint_dir, model.trainable_layout(),
-                                                             params, m, v, state)
-                                   : std::nullopt;
+    const auto loaded =
+        cfg.resume ? checkpoint::load_newest(paths.checkpoint_dir, model.trainable_layout(), params, m, v, state)
+                   : std::nullopt;
     if (loaded && lora && state.lora_base_hash != base_hash)
-      throw UserError("load_parameters_path: " + *loaded + " holds LoRA adapters trained on the base " +
-                      (state.lora_base.empty() ? std::string("(unnamed)") : state.lora_base) + " (hash " +
-                      (state.lora_base_hash.empty() ? std::string("none: not a LoRA checkpoint") : state.lora_base_hash) +
-                      "), but this run's base is " + base_name + " (hash " + base_hash +
-                      "); resume with that base, or use another run_name");
+      throw UserError(
+          "load_parameters_path: " + *loaded + " holds LoRA adapters trained on the base " +
+          (state.lora_base.empty() ? std::string("(unnamed)") : state.lora_base) + " (hash " +
+          (state.lora_base_hash.empty() ? std::string("none: not a LoRA checkpoint") : state.lora_base_hash) +
+          "), but this run's base is " + base_name + " (hash " + base_hash +
+          "); resume with that base, or use another run_name");
     state.lora_base = base_name, state.lora_base_hash = base_hash;
     if (loaded) {
       convert_cursor(state, *loaded, global_batch, steps_per_epoch);

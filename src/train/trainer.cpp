@@ -111,10 +111,11 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     std::string modules;
     for (const auto& m : lora.modules) modules += (modules.empty() ? "" : " ") + m;
     const double grad_mib = model.grad_buffer_floats() * sizeof(float) / 1048576.0;
-    log::info("lora: rank %d, alpha %g (scale %g), dropout %g on %s: %zu trainable of %zu parameters (%.4f%%); "
-              "gradient buffer %.3f MiB, allreduce %.3f MiB per step; base frozen",
-              lora.rank, lora.alpha, double(lora.scale()), lora.dropout, modules.c_str(), model.trainable_layout().total,
-              model.layout().total, 100.0 * model.trainable_layout().total / model.layout().total, grad_mib, grad_mib);
+    log::info(
+        "lora: rank %d, alpha %g (scale %g), dropout %g on %s: %zu trainable of %zu parameters (%.4f%%); "
+        "gradient buffer %.3f MiB, allreduce %.3f MiB per step; base frozen",
+        lora.rank, lora.alpha, double(lora.scale()), lora.dropout, modules.c_str(), model.trainable_layout().total,
+        model.layout().total, 100.0 * model.trainable_layout().total / model.layout().total, grad_mib, grad_mib);
   }
   // The activation memory either way, so that the log shows what remat saves (or would).
   const size_t act = model.activation_bytes(), saved = model.remat_saved_bytes();

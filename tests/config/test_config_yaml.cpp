@@ -39,12 +39,27 @@ std::vector<Config> configs_touching_every_key() {
                          "num_decoder_layers=3", "vocab_size=1000"})
     a.push_back(kv);
   // allreduce_overlap excludes zero_stage 1: one in each config.
-  for (const char* kv : {"num_epochs=2", "per_device_batch_size=5", "model_name=''", "zero_stage=1",
-                         "num_decoder_layers=1", "num_heads=2", "emb_dim=16", "mlp_dim=40",
-                         "vocab_size=300", "max_position_embeddings=96", "decoder_block=qwen3",
-                         "num_kv_heads=1", "head_dim=8", "rms_norm_eps=1e-6", "rope_theta=500000",
-                         "tie_word_embeddings=false", "lora_rank=8", "lora_alpha=16", "lora_dropout=0.05",
-                         "lora_target_modules=[q_proj, 'mlp.down_proj']", "load_adapter_path='adapters/run 1'"})
+  for (const char* kv : {"num_epochs=2",
+                         "per_device_batch_size=5",
+                         "model_name=''",
+                         "zero_stage=1",
+                         "num_decoder_layers=1",
+                         "num_heads=2",
+                         "emb_dim=16",
+                         "mlp_dim=40",
+                         "vocab_size=300",
+                         "max_position_embeddings=96",
+                         "decoder_block=qwen3",
+                         "num_kv_heads=1",
+                         "head_dim=8",
+                         "rms_norm_eps=1e-6",
+                         "rope_theta=500000",
+                         "tie_word_embeddings=false",
+                         "lora_rank=8",
+                         "lora_alpha=16",
+                         "lora_dropout=0.05",
+                         "lora_target_modules=[q_proj, 'mlp.down_proj']",
+                         "load_adapter_path='adapters/run 1'"})
     b.push_back(kv);
   return {from_yaml_text("", a), from_yaml_text("", b)};
 }

@@ -31,12 +31,13 @@ TEST(CudaLora, MatchesCpuTwinAndDropoutBitForBit) {
       auto out = out0, dx = dx0;
       std::vector<float> u(size_t(s.N) * s.r), du(u.size()), dA(A.size()), dB(B.size());
       cpu::lora_fwd(out.data() + s.col, s.ldo, u.data(), x.data(), A.data(), B.data(), scale, s.N, s.IC, s.r, s.OC);
-      cpu::lora_bwd(dx.data(), dA.data(), dB.data(), du.data(), dout.data() + s.col, s.ldo, x.data(), u.data(), A.data(),
-                    B.data(), scale, s.N, s.IC, s.r, s.OC);
+      cpu::lora_bwd(dx.data(), dA.data(), dB.data(), du.data(), dout.data() + s.col, s.ldo, x.data(), u.data(),
+                    A.data(), B.data(), scale, s.N, s.IC, s.r, s.OC);
       // CUDA twin
       DeviceBuffer<float> g_out(*ops, out0), g_x(*ops, x), g_A(*ops, A), g_B(*ops, B), g_dout(*ops, dout),
           g_dx(*ops, dx0), g_u(*ops, u.size()), g_du(*ops, u.size()), g_dA(*ops, A.size()), g_dB(*ops, B.size());
-      ops->lora_fwd(g_out.get() + s.col, s.ldo, g_u.get(), g_x.get(), g_A.get(), g_B.get(), scale, s.N, s.IC, s.r, s.OC);
+      ops->lora_fwd(g_out.get() + s.col, s.ldo, g_u.get(), g_x.get(), g_A.get(), g_B.get(), scale, s.N, s.IC, s.r,
+                    s.OC);
       ops->lora_bwd(g_dx.get(), g_dA.get(), g_dB.get(), g_du.get(), g_dout.get() + s.col, s.ldo, g_x.get(), g_u.get(),
                     g_A.get(), g_B.get(), scale, s.N, s.IC, s.r, s.OC);
       const double tol = bf16 ? 3e-2 : 1e-5;  // bf16: inputs rounded to 8 bits of mantissa

@@ -65,7 +65,8 @@ const Shape kShapes[] = {{1, 8, 1, 4, 0, 4}, {37, 24, 4, 10, 6, 30}, {300, 64, 1
 
 TEST(Lora, ForwardAddsScaledAdapterOnlyToItsColumns) {
   for (const Shape& s : kShapes) {
-    const auto x = uniform(size_t(s.N) * s.IC, 1), A = uniform(size_t(s.r) * s.IC, 2), B = uniform(size_t(s.OC) * s.r, 3);
+    const auto x = uniform(size_t(s.N) * s.IC, 1), A = uniform(size_t(s.r) * s.IC, 2),
+               B = uniform(size_t(s.OC) * s.r, 3);
     const auto out0 = uniform(size_t(s.N) * s.ldo, 4);
     auto out = out0;
     std::vector<float> u(size_t(s.N) * s.r);
@@ -83,7 +84,8 @@ TEST(Lora, ForwardAddsScaledAdapterOnlyToItsColumns) {
 
 TEST(Lora, BackwardMatchesFp64ReferenceAndAccumulates) {
   for (const Shape& s : kShapes) {
-    const auto x = uniform(size_t(s.N) * s.IC, 5), A = uniform(size_t(s.r) * s.IC, 6), B = uniform(size_t(s.OC) * s.r, 7);
+    const auto x = uniform(size_t(s.N) * s.IC, 5), A = uniform(size_t(s.r) * s.IC, 6),
+               B = uniform(size_t(s.OC) * s.r, 7);
     const auto dout = uniform(size_t(s.N) * s.ldo, 8);
     const float scale = 0.75f;
     std::vector<float> u(size_t(s.N) * s.r), du(u.size()), out(size_t(s.N) * s.ldo);
@@ -107,7 +109,8 @@ TEST(Lora, BackwardMatchesFp64ReferenceAndAccumulates) {
 // The reference itself against central differences of L = Σ dout ⊙ out (float64 throughout).
 TEST(Lora, ReferenceGradientsMatchFiniteDifferences) {
   const Shape s{4, 5, 2, 3, 1, 6};
-  const auto x = uniform(size_t(s.N) * s.IC, 12), A = uniform(size_t(s.r) * s.IC, 13), B = uniform(size_t(s.OC) * s.r, 14);
+  const auto x = uniform(size_t(s.N) * s.IC, 12), A = uniform(size_t(s.r) * s.IC, 13),
+             B = uniform(size_t(s.OC) * s.r, 14);
   const auto dout = uniform(size_t(s.N) * s.ldo, 15);
   const double scale = 1.5;
   std::vector<double> dx, dA, dB;

@@ -18,6 +18,14 @@ inline config::ModelDims tiny_dims() {
   return d;
 }
 
+// A tiny Llama-family model: GQA (4 query heads, 2 k/v heads of size 4), tied head.
+inline config::ModelDims tiny_llama_dims() {
+  config::ModelDims d;
+  d.L = 2, d.NH = 4, d.C = 16, d.F = 24, d.V = 37, d.maxT = 64;
+  d.block = config::Block::kLlama, d.KVH = 2, d.HS = 4;
+  return d;
+}
+
 // rows x T: random tokens; loss weights on a random-length suffix of each row, row r % 5 == 3
 // fully masked; weights are 0/1 except a few 0.5 to exercise weighted sums. With segments,
 // rows are packed in two segments and positions restart at 0 in each.

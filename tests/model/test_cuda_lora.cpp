@@ -27,9 +27,8 @@ struct Family {
 };
 
 std::vector<Family> families() {
-  config::ModelDims llama;
-  llama.L = 2, llama.NH = 4, llama.C = 16, llama.F = 24, llama.V = 37, llama.maxT = 64;
-  llama.block = config::Block::kLlama, llama.KVH = 2, llama.HS = 4, llama.tied = false, llama.qkv_bias = true;
+  config::ModelDims llama = tiny_llama_dims();
+  llama.tied = false, llama.qkv_bias = true;
   config::ModelDims qwen3 = llama;
   qwen3.tied = true, qwen3.qkv_bias = false, qwen3.qk_norm = true, qwen3.HS = 6, qwen3.KVH = 1;
   return {{"gpt2", tiny_dims()}, {"llama_gqa_untied_qkv_bias", llama}, {"qwen3_qk_norm_mqa", qwen3}};

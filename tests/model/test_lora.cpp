@@ -30,9 +30,8 @@ struct Family {
 };
 
 std::vector<Family> families() {
-  config::ModelDims llama;
-  llama.L = 2, llama.NH = 4, llama.C = 16, llama.F = 24, llama.V = 37, llama.maxT = 64;
-  llama.block = config::Block::kLlama, llama.KVH = 2, llama.HS = 4, llama.tied = false;
+  config::ModelDims llama = tiny_llama_dims();
+  llama.tied = false;
   config::ModelDims qwen2 = llama;
   qwen2.tied = true, qwen2.qkv_bias = true;
   config::ModelDims qwen3 = llama;
@@ -43,8 +42,8 @@ void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
 
 class Lora : public ::testing::TestWithParam<Family> {};
 
-model::LoraSpec spec_of(const config::ModelDims& d, std::vector<std::string> targets, int rank = 4,
-                        double alpha = 8, double dropout = 0) {
+model::LoraSpec spec_of(const config::ModelDims& d, std::vector<std::string> targets, int rank = 4, double alpha = 8,
+                        double dropout = 0) {
   config::Config cfg;
   cfg.lora_rank = rank, cfg.lora_alpha = alpha, cfg.lora_dropout = dropout, cfg.seed = 3;
   cfg.lora_target_modules = std::move(targets);
@@ -114,8 +113,10 @@ TEST(LoraTargets, LayoutHasPeftShapesAndInitialisation) {
     const double bound = 1.0 / std::sqrt(double(t.shape[1]));
     double max_abs = 0;
     for (size_t j = 0; j < t.numel; ++j) max_abs = std::max(max_abs, double(std::fabs(a[t.offset + j])));
-    if (is_a) EXPECT_TRUE(max_abs <= bound && max_abs > 0.5 * bound) << t.name;  // Kaiming-uniform, a = sqrt(5)
-    else EXPECT_EQ(max_abs, 0.0) << t.name;                                    // B = 0
+    if (is_a)
+      EXPECT_TRUE(max_abs <= bound && max_abs > 0.5 * bound) << t.name;  // Kaiming-uniform, a = sqrt(5)
+    else
+      EXPECT_EQ(max_abs, 0.0) << t.name;  // B = 0
   }
   std::vector<float> again;
   model::init_lora(again, lay, 11);
@@ -208,7 +209,7 @@ TEST_P(Lora, OptimizerMovesOnlyAdaptersAndTheBaseStaysBitwise) {
   const auto m = lora_model(d, spec, 3, base, adapters);
   optim::AdamW opt(*m);
   EXPECT_EQ(opt.shard().owned(), m->trainable_layout().total);  // moments for the adapters only
-  config::Config cfg;  // weight decay 0.1, clipping 1.0
+  config::Config cfg;                                           // weight decay 0.1, clipping 1.0
   double first = 0, last = 0;
   for (int step = 1; step <= 4; ++step) {
     m->zero_grads();
@@ -258,9 +259,9 @@ TEST_P(Lora, DropoutMasksFollowRowsAndStepsAndVanishInEvaluation) {
   };
   const auto [none, eval_none] = run(0.0, 0, 4, {rows});
   const auto [drop, eval_drop] = run(0.5, 0, 4, {rows});
-  EXPECT_EQ(eval_drop, eval_none);                    // evaluation: no dropout
-  EXPECT_GT(max_rel_diff(drop, none), 1e-2);          // training: the masks changed the gradients
-  EXPECT_TRUE(bitwise_equal(run(0.5, 0, 4, {rows}).first, drop));  // and the same ones again
+  EXPECT_EQ(eval_drop, eval_none);                                    // evaluation: no dropout
+  EXPECT_GT(max_rel_diff(drop, none), 1e-2);                          // training: the masks changed the gradients
+  EXPECT_TRUE(bitwise_equal(run(0.5, 0, 4, {rows}).first, drop));     // and the same ones again
   EXPECT_GT(max_rel_diff(run(0.5, 1, 4, {rows}).first, drop), 1e-2);  // another step, other masks
   // The rows split over two micro-batches (another rank or GA step): the same masks, so the same
   // sums to fp32 rounding; a row id that moves to another slot keeps its mask.
