@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "hf/gpt2_hf.h"
+#include "hf/hf_dir.h"
 #include "sftdp/check.h"
 
 namespace {

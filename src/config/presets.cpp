@@ -7,7 +7,7 @@
 #include <climits>
 #include <string>
 
-#include "hf/gpt2_hf.h"
+#include "hf/hf_dir.h"
 #include "sftdp/check.h"
 #include "sftdp/config.h"
 

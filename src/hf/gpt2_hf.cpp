@@ -1,6 +1,5 @@
-// src/hf/gpt2_hf.cpp — see gpt2_hf.h: config.json dimensions, the HF <-> SPEC name mapping, and
-// loading an HF GPT-2 directory into a SPEC parameter buffer; Llama-family directories (by
-// model_type) go to llama_hf.cpp.
+// src/hf/gpt2_hf.cpp — see gpt2_hf.h: a GPT-2 config.json's dimensions and loading an HF GPT-2
+// directory into a SPEC parameter buffer (names: gpt2_names.h).
 #include "hf/gpt2_hf.h"
 
 #include <algorithm>
@@ -12,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "hf/gpt2_names.h"
-#include "hf/llama_hf.h"
 #include "hf/safetensors.h"
 #include "sftdp/check.h"
 
@@ -30,51 +28,9 @@ int positive_int(const json& j, const std::string& file, const char* key) {
   return v.get<int>();
 }
 
-// config.json's model_type; without one, the family its architectures[0] names; else gpt2.
-std::string model_type(const json& j, const std::string& file) {
-  if (j.contains("model_type")) {
-    if (!j["model_type"].is_string())
-      throw UserError(file + ": model_type must be a string, got " + j["model_type"].dump());
-    return j["model_type"].get<std::string>();
-  }
-  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-      j["architectures"][0].is_string()) {
-    static const std::pair<const char*, const char*> kArch[] = {
-        {"GPT2LMHeadModel", "gpt2"},     {"GPT2Model", "gpt2"},          {"LlamaForCausalLM", "llama"},
-        {"LlamaModel", "llama"},         {"MistralForCausalLM", "mistral"}, {"Qwen2ForCausalLM", "qwen2"},
-        {"Qwen2Model", "qwen2"},         {"Qwen3ForCausalLM", "qwen3"},  {"Qwen3Model", "qwen3"}};
-    const std::string arch = j["architectures"][0].get<std::string>();
-    for (const auto& [name, type] : kArch)
-      if (arch == name) return type;
-    throw UserError(file + ": architectures " + j["architectures"].dump() +
-                    " is not supported and model_type is missing");
-  }
-  return "gpt2";
-}
-
 }  // namespace
 
-bool is_hf_dir(const std::string& path) {
-  std::error_code ec;
-  return !path.empty() && fs::is_directory(path, ec);
-}
-
-config::ModelDims read_hf_dims(const std::string& dir) {
-  const std::string file = (fs::path(dir) / "config.json").string();
-  std::ifstream in(file);
-  if (!in) throw UserError(file + ": not found (load_parameters_path is a directory, so it must be a "
-                           "Hugging Face model directory with config.json)");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw UserError(file + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) throw UserError(file + ": not a JSON object");
-  const std::string type = model_type(j, file);
-  if (is_llama_family(type)) return read_llama_dims(j, file, type);
-  if (type != "gpt2")
-    throw UserError(file + ": model_type \"" + type + "\" is not supported (gpt2, llama, mistral, qwen2, qwen3)");
+config::ModelDims read_gpt2_dims(const json& j, const std::string& file) {
   config::ModelDims d;
   d.L = positive_int(j, file, "n_layer");
   d.NH = positive_int(j, file, "n_head");
@@ -99,9 +55,7 @@ config::ModelDims read_hf_dims(const std::string& dir) {
   return d;
 }
 
-void load_hf_params(const std::string& dir, const model::ParamLayout& layout, std::vector<float>& params) {
-  const config::ModelDims d = read_hf_dims(dir);
-  if (d.block == config::Block::kLlama) return load_llama_params(dir, d, layout, params);
+void load_gpt2_params(const std::string& dir, const model::ParamLayout& layout, std::vector<float>& params) {
   TensorMap tensors = read_safetensors_dir(dir);
   const std::string prefix = tensors.count("transformer.wte.weight") ? "transformer." : "";
   const std::string source = safetensors_dir_source(dir);

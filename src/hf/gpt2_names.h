@@ -12,6 +12,10 @@ struct HfName {
   bool transposed = false;
 };
 
+// PEFT (issue 17): adapter "h.<l>.<module>.lora_A" is <kGpt2PeftBlocks><l>.<module>.lora_A.weight,
+// <module> the block-relative HF name (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj).
+inline constexpr const char* kGpt2PeftBlocks = "base_model.model.transformer.h.";
+
 inline HfName hf_name_of(const std::string& spec) {
   if (spec == "wte" || spec == "wpe") return {spec + ".weight", false};
   static const std::pair<const char*, const char*> kRenames[] = {

@@ -10,7 +10,7 @@
 
 #include "data/tokenizer.h"
 #include "h5/h5.h"
-#include "hf/gpt2_hf.h"
+#include "hf/hf_dir.h"
 #include "hf/gpt2_names.h"
 #include "hf/llama_hf.h"
 #include "hf/out_dir.h"

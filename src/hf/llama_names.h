@@ -13,6 +13,10 @@
 
 namespace sftdp::hf {
 
+// PEFT (issue 17): adapter "h.<l>.<module>.lora_A" is <kLlamaPeftBlocks><l>.<module>.lora_A.weight,
+// <module> the block-relative HF name (self_attn.q_proj ... mlp.down_proj).
+inline constexpr const char* kLlamaPeftBlocks = "base_model.model.model.layers.";
+
 struct HfPart {
   std::string name;      // without the "model." prefix; lm_head.weight never has one
   int64_t rows = 0;      // first-axis extent of this part inside the SPEC tensor

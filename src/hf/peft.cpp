@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "hf/gpt2_hf.h"
+#include "hf/gpt2_names.h"
+#include "hf/hf_dir.h"
+#include "hf/llama_names.h"
 #include "hf/out_dir.h"
 #include "hf/safetensors.h"
 #include "sftdp/check.h"
@@ -84,8 +86,8 @@ void check_config(const json& c, const std::string& file, const config::ModelDim
 
 std::string peft_tensor_name(const config::ModelDims& d, const std::string& name) {
   const AdapterName a = split(name);
-  const std::string block = d.block == config::Block::kGpt2 ? "transformer.h." : "model.layers.";
-  return "base_model.model." + block + std::to_string(a.layer) + "." + a.module + "." + a.kind + ".weight";
+  const std::string blocks = d.block == config::Block::kGpt2 ? kGpt2PeftBlocks : kLlamaPeftBlocks;
+  return blocks + std::to_string(a.layer) + "." + a.module + "." + a.kind + ".weight";
 }
 
 void load_peft_adapter(const std::string& dir, const config::ModelDims& d, const model::LoraSpec& spec,

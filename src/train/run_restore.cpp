@@ -1,0 +1,152 @@
+// src/train/run_restore.cpp — see run_state.h: what a run starts from (restore: a checkpoint, the
+// base and adapters of a LoRA run, load_parameters_path or a seeded init) and what it leaves behind
+// (save_checkpoint, export_hf_dir).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "hf/hf_dir.h"
+#include "hf/peft.h"
+#include "sftdp/check.h"
+#include "sftdp/log.h"
+#include "train/run_state.h"
+
+namespace fs = std::filesystem;
+
+namespace sftdp::train {
+
+namespace {
+void broadcast_floats(comm::Communicator& comm, std::vector<float>& v, size_t n) {
+  v.resize(n);
+  comm.broadcast_host(v.data(), n * sizeof(float), 0);
+}
+
+// The checkpoint's cursor counted steps of its own G; re-express it in this run's G.
+void convert_cursor(checkpoint::TrainState& s, const std::string& path, int64_t G, int64_t steps_per_epoch) {
+  if (s.global_batch > 0 && s.global_batch != G) {
+    const int64_t row = s.step_in_epoch * s.global_batch;
+    if (row % G != 0)
+      throw UserError("global_batch_size: " + path + " stopped at row " + std::to_string(row) +
+                      " of epoch " + std::to_string(s.epoch) + ", which is not a multiple of the new global batch " +
+                      std::to_string(G) + " (was " + std::to_string(s.global_batch) + ")");
+    log::info("data cursor: row %lld of epoch %lld, global batch %lld -> %lld", (long long)row,
+              (long long)s.epoch, (long long)s.global_batch, (long long)G);
+    s.step_in_epoch = row / G;
+    s.global_batch = G;
+  }
+  if (s.step_in_epoch >= steps_per_epoch) {  // only leftover rows remained in that epoch
+    s.epoch += 1;
+    s.step_in_epoch = 0;
+  }
+}
+}  // namespace
+
+checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Model& model,
+                               optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
+                               int64_t steps_per_epoch) {
+  checkpoint::TrainState state;
+  std::vector<float> params, m, v;
+  std::vector<float> base;  // LoRA: the frozen base (params then holds the adapters)
+  int64_t resumed = 0;
+  const bool lora = model.lora();
+  on_rank0(comm, [&] {
+    std::string base_name, base_hash;
+    if (lora) {  // the base first: a resumed checkpoint must have been trained on this one
+      if (cfg.load_parameters_path.empty()) {
+        model::init_params(base, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
+        base_name = "seeded initialisation, seed " + std::to_string(cfg.seed);
+      } else {
+        if (hf::is_hf_dir(cfg.load_parameters_path))
+          hf::load_hf_params(cfg.load_parameters_path, model.layout(), base);
+        else
+          checkpoint::load_params(cfg.load_parameters_path, model.layout(), base);
+        base_name = cfg.load_parameters_path;
+        log::info("base model (frozen) from %s", base_name.c_str());
+      }
+      base_hash = model::base_hash(model.layout(), base);
+    }
+    // The newest checkpoint that loads; newer damaged ones are moved aside with a warning.
+    const auto loaded =
+        cfg.resume ? checkpoint::load_newest(paths.checkpoint_dir, model.trainable_layout(), params, m, v, state)
+                   : std::nullopt;
+    if (loaded && lora && state.lora_base_hash != base_hash)
+      throw UserError(
+          "load_parameters_path: " + *loaded + " holds LoRA adapters trained on the base " +
+          (state.lora_base.empty() ? std::string("(unnamed)") : state.lora_base) + " (hash " +
+          (state.lora_base_hash.empty() ? std::string("none: not a LoRA checkpoint") : state.lora_base_hash) +
+          "), but this run's base is " + base_name + " (hash " + base_hash +
+          "); resume with that base, or use another run_name");
+    state.lora_base = base_name, state.lora_base_hash = base_hash;
+    if (loaded) {
+      convert_cursor(state, *loaded, global_batch, steps_per_epoch);
+      resumed = 1;
+      log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", loaded->c_str(),
+                (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
+    } else if (lora) {
+      if (!cfg.load_adapter_path.empty()) {
+        hf::load_peft_adapter(cfg.load_adapter_path, model.dims(), model.lora_spec(), model.trainable_layout(), params);
+        log::info("initial LoRA adapters from %s", cfg.load_adapter_path.c_str());
+      } else {
+        model::init_lora(params, model.trainable_layout(), static_cast<uint64_t>(cfg.seed));
+      }
+    } else if (!cfg.load_parameters_path.empty()) {
+      if (hf::is_hf_dir(cfg.load_parameters_path))  // Hugging Face directory (dims checked by config)
+        hf::load_hf_params(cfg.load_parameters_path, model.layout(), params);
+      else
+        checkpoint::load_params(cfg.load_parameters_path, model.layout(), params);
+      log::info("initial parameters from %s", cfg.load_parameters_path.c_str());
+    } else {
+      model::init_params(params, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
+    }
+  });
+  const size_t n = model.trainable_layout().total;
+  broadcast_floats(comm, params, n);
+  if (lora) {
+    broadcast_floats(comm, base, model.layout().total);
+    model.set_params_from_host(base);
+  }
+  comm.broadcast_host(&resumed, sizeof resumed, 0);
+  if (resumed) {
+    broadcast_floats(comm, m, n);
+    broadcast_floats(comm, v, n);
+    int64_t cursor[4] = {state.step, state.epoch, state.step_in_epoch, state.optimizer_updates};
+    comm.broadcast_host(cursor, sizeof cursor, 0);
+    state.step = cursor[0], state.epoch = cursor[1], state.step_in_epoch = cursor[2];
+    state.optimizer_updates = cursor[3];
+    opt.set_moments_from_host(m, v);
+  }
+  state.global_batch = global_batch;
+  model.set_trainable_from_host(params);
+  return state;
+}
+
+void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
+                     optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state) {
+  std::vector<float> m, v;
+  if (opt.sharded()) opt.moments_to_host(m, v);  // a collective; rank 0 receives them
+  if (comm.rank() != 0) return;
+  if (!opt.sharded()) opt.moments_to_host(m, v);
+  state.config_yaml = cfg.to_yaml();
+  const auto path =
+      checkpoint::save(paths.checkpoint_dir, model.trainable_layout(), model.trainable_to_host(), m, v, state);
+  checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
+  log::info("checkpoint %s", path.c_str());
+}
+
+void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model) {
+  const std::string hf_dir = paths.run_dir + "/hf";
+  std::error_code ec;
+  fs::remove_all(hf_dir, ec);  // an earlier end of this run; the new final checkpoint supersedes it
+  if (ec) throw UserError("hf_export: cannot replace " + hf_dir + ": " + ec.message());
+  if (model.lora()) {  // a PEFT adapter directory; sft_export --merge writes the merged model
+    hf::write_peft_adapter(hf_dir, model.dims(), model.lora_spec(), model.trainable_layout(), model.trainable_to_host(),
+                           cfg.load_parameters_path, cfg.hf_export_tokenizer);
+    log::info("PEFT adapter %s", hf_dir.c_str());
+    return;
+  }
+  hf::export_hf(hf_dir, model.dims(), model.layout(), model.params_to_host(), cfg.hf_export_tokenizer,
+                cfg.load_parameters_path);
+  log::info("hugging face model %s", hf_dir.c_str());
+}
+
+}  // namespace sftdp::train
