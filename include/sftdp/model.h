@@ -17,7 +17,7 @@
 // not the attention output, which attention's backward reads too) are kept per block as bf16;
 // their fp32 buffers are one set all blocks share, refilled from the bf16 copy before each block's
 // backward. Those GEMMs read bf16-rounded inputs anyway (GemmInputs::kBf16), so results are
-// bitwise those of keeping them in fp32.
+// bitwise those of keeping them in fp32. (Not with LoRA dropout, which scales x before rounding.)
 // With LoRA (issue 17), the base parameters are frozen: the families skip every base weight
 // gradient (the kernels take null weight gradients) and add each adapter's y += s·B(A x) after its
 // Linear layer; the trainable parameters are the adapters alone, in their own flat buffer

@@ -77,7 +77,9 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
       T_(T),
       layout_(std::move(layout)),
       remat_(remat),
-      bf16_acts_(bf16_activations && !remat),
+      // Not with LoRA dropout: its mask scales x before the adapter's GEMM rounds it, so backward
+      // must see the very x forward saw, not x rounded to bf16 (that alone keeps results bitwise).
+      bf16_acts_(bf16_activations && !remat && !(lora.enabled() && lora.dropout > 0)),
       lora_(lora) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
   // Exact only where the GEMMs round their inputs to bf16 themselves.
