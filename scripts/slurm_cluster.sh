@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# scripts/slurm_cluster.sh — a private single-node Slurm cluster (Debian's munge + slurmctld + slurmd)
-# on this machine, for the test suite and for trying the slurm/ batch scripts. Run as root.
-#   start   install munge/slurm-wlm with apt-get if missing (exit 3 if that fails), start the daemons
-#           under setsid, wait until the node is idle; prints the state dir and writes $DIR/env
-#   stop    cancel jobs, stop the daemons by their recorded PIDs     status   exit 0 if up, 4 if not
-#   (exit 2: the state dir is out of reach of the munge user, e.g. under a 0700 directory)
+# scripts/slurm_cluster.sh — a private Slurm cluster (Debian's munge + slurmctld + slurmd) on this
+# machine, for the test suite and for trying the slurm/ batch scripts. Run as root.
+#   start [--nodes N]  install munge/slurm-wlm with apt-get if missing (exit 3 if that fails), start
+#           the daemons under setsid, wait until every node is idle; prints the state dir, writes $DIR/env.
+#           N = 1 (default): one node, this machine itself. N >= 2: N network-namespace hosts node1..nodeN
+#           (scripts/netns_hosts.sh: own address, hostname and TmpFS each, one bridge, no way out), one
+#           slurmd on each; slurmctld and munged on this machine (the head node, on the bridge). Ranks
+#           on different hosts talk over TCP: $DIR/env sets Open MPI's btl to self,vader,tcp on the
+#           bridge's subnet. Exit 3 also where the kernel allows no namespaces.
+#   stop    cancel jobs, stop the daemons by their recorded PIDs, delete the hosts by name
+#   status  exit 0 if up, 4 if not
+#   Faults, on a multi-node cluster (for the tests): cut NODE | heal NODE (its link down / up),
+#   kill NODE (SIGKILL every process of that host, its slurmd included), revive NODE (its slurmd
+#   again; waits until the node is idle).
+#   (exit 2: the state dir is out of reach of the munge user, e.g. under a 0700 directory; a bad argument)
 # Idempotent. State (config, munge key and socket, spool, logs, PIDs) in $SFTDP_SLURM_DIR
 # (default /tmp/sftdp-slurm). Clients: `source $DIR/env` (sets SLURM_CONF). Every wait is bounded.
 set -euo pipefail
@@ -13,7 +22,9 @@ DIR="${SFTDP_SLURM_DIR:-${TMPDIR:-/tmp}/sftdp-slurm}"
 CPUS="${SFTDP_SLURM_CPUS:-4}"          # advertised CPUs (config_overrides): more tasks than cores fit
 FAKE_GPUS="${SFTDP_SLURM_FAKE_GPUS:-0}"  # >0: advertise that many fake GPUs (GRES on /dev/null clones)
 PACKAGES=(munge slurmctld slurmd slurm-client)
-DAEMONS=(slurmd slurmctld munged)      # stop order
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/netns_hosts.sh
+source "$HERE/netns_hosts.sh"
 
 say() { echo "slurm_cluster: $*"; }
 die() { echo "slurm_cluster: error: $1" >&2; exit "${2:-1}"; }
@@ -25,22 +36,35 @@ alive() {  # alive PID: exists and is not a zombie
   [[ ${stat##*) } != Z* ]]
 }
 
-pid_of() {  # pid_of NAME -> prints the PID if that daemon is alive
+pid_of() {  # pid_of NAME -> prints the PID if that daemon is alive (NAME: munged, slurmd-node2, ...)
   local f="$DIR/pids/$1.pid" pid
   [[ -s $f ]] || return 1
   pid="$(<"$f")"
-  [[ -r /proc/$pid/comm && "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$1" ]] && alive "$pid" || return 1
+  [[ -r /proc/$pid/comm && "$(cat "/proc/$pid/comm" 2>/dev/null)" == "${1%%-*}" ]] && alive "$pid" || return 1
   echo "$pid"
 }
 
+# The cluster's size: recorded at start (N >= 2: namespace hosts); 1 before any start.
+node_count() { if [[ -s $DIR/node_count ]]; then cat "$DIR/node_count"; else echo 1; fi; }
+
+daemons() {  # in stop order
+  local n i
+  n="$(node_count)"
+  if ((n == 1)); then echo slurmd; else for ((i = 1; i <= n; i++)); do echo "slurmd-$(hosts_name "$i")"; done; fi
+  echo slurmctld munged
+}
+
+# Every node answers and is usable (idle, mixed or allocated).
 slurm_responds() {
-  [[ -f $DIR/slurm.conf ]] && SLURM_CONF="$DIR/slurm.conf" timeout 5 sinfo -h -N -o %T 2>/dev/null \
-    | grep -Eq '^(idle|mixed|allocated)'
+  [[ -f $DIR/slurm.conf ]] || return 1
+  local states
+  states="$(SLURM_CONF="$DIR/slurm.conf" timeout 5 sinfo -h -N -o %T 2>/dev/null)" || return 1
+  [[ $(grep -Ec '^(idle|mixed|allocated)$' <<<"$states") -eq $(node_count) ]]
 }
 
 is_up() {
   local d
-  for d in "${DAEMONS[@]}"; do pid_of "$d" >/dev/null || return 1; done
+  for d in $(daemons); do pid_of "$d" >/dev/null || return 1; done
   slurm_responds
 }
 
@@ -57,9 +81,11 @@ install_slurm() {
   installed && return 0
   [[ $(id -u) -eq 0 ]] || die "Slurm is not installed and installing it needs root" 3
   say "installing ${PACKAGES[*]} with apt-get"
-  local apt=(env DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends)
+  # Another cluster of the suite may be installing at the same time: wait for dpkg's lock.
+  local apt=(env DEBIAN_FRONTEND=noninteractive timeout 300 apt-get -o DPkg::Lock::Timeout=240 install -y -qq
+             --no-install-recommends)
   if ! "${apt[@]}" "${PACKAGES[@]}" >"$DIR/log/apt.log" 2>&1; then
-    timeout 300 apt-get update -qq >>"$DIR/log/apt.log" 2>&1 || true
+    timeout 300 apt-get -o DPkg::Lock::Timeout=240 update -qq >>"$DIR/log/apt.log" 2>&1 || true
     "${apt[@]}" "${PACKAGES[@]}" >>"$DIR/log/apt.log" 2>&1 \
       || { tail -5 "$DIR/log/apt.log" >&2; die "apt-get could not install ${PACKAGES[*]}" 3; }
   fi
@@ -72,29 +98,40 @@ free_port() {
 }
 
 write_config() {
-  local host ctld_port slurmd_port gres_node="" first_job_id
+  local n host ctld_host ctld_port slurmd_port gres="" first_job_id i nodes=() timeouts=""
+  n="$(node_count)"
   host="$(hostname -s)"
   first_job_id=$(( (RANDOM * 32768 + RANDOM) % 60000000 + 1000 ))
   ctld_port="$(free_port)"
   slurmd_port="$(free_port)"
   [[ $ctld_port != "$slurmd_port" ]] || slurmd_port=$((ctld_port + 1))
+  if ((n == 1)); then
+    ctld_host="$host"
+    nodes=("NodeName=$host")
+  else
+    # slurmctld on the head node (this machine), reached at its bridge address; a node per host.
+    ctld_host="$host($(hosts_head_addr))"
+    for ((i = 1; i <= n; i++)); do nodes+=("NodeName=$(hosts_name "$i") NodeAddr=$(hosts_addr "$i")"); done
+    # A node that stops answering is DOWN after 10 s (Slurm's default: 300 s), so that a lost node
+    # ends its job within the tests' time; messages to an unreachable node give up after 5 s.
+    timeouts=$'SlurmdTimeout=10\nMessageTimeout=5\nTCPTimeout=2'
+  fi
   if ((FAKE_GPUS > 0)); then
     : >"$DIR/gres.conf"
-    local i
     for ((i = 0; i < FAKE_GPUS; i++)); do
       rm -f "$DIR/dev/gpu$i"
       mknod -m 666 "$DIR/dev/gpu$i" c 1 3  # a /dev/null clone: Slurm drops count-only GPUs
-      echo "NodeName=$host Name=gpu File=$DIR/dev/gpu$i" >>"$DIR/gres.conf"
+      echo "Name=gpu File=$DIR/dev/gpu$i" >>"$DIR/gres.conf"  # every node has these
     done
-    gres_node=" Gres=gpu:$FAKE_GPUS"
+    gres=" Gres=gpu:$FAKE_GPUS"
   fi
   cat >"$DIR/slurm.conf" <<EOF
-# Written by scripts/slurm_cluster.sh: one node, everything under $DIR.
+# Written by scripts/slurm_cluster.sh: $n node(s), everything under $DIR.
 ClusterName=sftdp
 # Job ids name PMIx namespaces and Open MPI's shared-memory files: two clusters on one machine
 # must not both count from 1, or their job 2s share those files.
 FirstJobId=$first_job_id
-SlurmctldHost=$host
+SlurmctldHost=$ctld_host
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -114,17 +151,31 @@ ReturnToService=2
 MinJobAge=600
 KillWait=30
 MailProg=/bin/true
+$timeouts
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool/%n
 TmpFS=$DIR/tmp
 SlurmctldPidFile=$DIR/run/slurmctld.pid
-SlurmdPidFile=$DIR/run/slurmd.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
 $( ((FAKE_GPUS > 0)) && echo "GresTypes=gpu")
-NodeName=$host CPUs=$CPUS RealMemory=1000$gres_node State=UNKNOWN
+$(for node in "${nodes[@]}"; do echo "$node CPUs=$CPUS RealMemory=1000$gres State=UNKNOWN"; done)
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+}
+
+# $DIR/env: what a client of this cluster sources. Multi-node: Open MPI's point-to-point between
+# hosts over TCP on the bridge's subnet (shared memory only within a host), and NCCL's sockets on
+# the hosts' interface (each host's link is eth0 in its namespace).
+write_env() {
+  {
+    echo "export SLURM_CONF=$DIR/slurm.conf"
+    if (($(node_count) > 1)); then
+      echo "export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=$HOSTS_NET.0/24"
+      echo "export NCCL_SOCKET_IFNAME=eth0 NCCL_IB_DISABLE=1"
+    fi
+  } >"$DIR/env"
 }
 
 # --- daemons ---
@@ -165,16 +216,19 @@ munge_works() {
 }
 
 start() {
-  if is_up; then
+  local n="$1" i
+  if is_up && (($(node_count) == n)); then
     say "already running; state in $DIR"
     cat "$DIR/env"
     return 0
   fi
   stop_daemons quiet  # leftovers of a half-started cluster
   [[ -f $DIR/slurm.conf ]] && stop_stray_jobs
+  hosts_destroy quiet
   install -d -m 755 "$DIR" "$DIR/log" "$DIR/pids" "$DIR/run" "$DIR/state" "$DIR/spool" "$DIR/dev"
   install -d -m 1777 "$DIR/tmp"  # TmpFS: mpi/pmix's per-step dirs, named by job id, stay per cluster
   install_slurm
+  ((n == 1)) || hosts_check
   install -d -m 755 -o munge -g munge "$DIR/munge"  # munged: socket dir must be o+x
   check_munge_can_reach
   if [[ ! -s $DIR/munge/munge.key ]]; then
@@ -182,6 +236,9 @@ start() {
     chown munge:munge "$DIR/munge/munge.key"
     chmod 600 "$DIR/munge/munge.key"
   fi
+  echo "$n" >"$DIR/node_count"
+  ((n == 1)) || { hosts_create "$n" && say "$n network-namespace hosts on bridge $(hosts_bridge) ($HOSTS_NET.0/24)"; }
+  # One munged for every host: its socket is on the shared file system, as the key is on a cluster.
   spawn munged setpriv --reuid=munge --regid=munge --init-groups \
     munged -F --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
     --pid-file="$DIR/munge/munged.pid" --seed-file="$DIR/munge/munged.seed" \
@@ -191,18 +248,68 @@ start() {
   write_config
   export SLURM_CONF="$DIR/slurm.conf"
   spawn slurmctld slurmctld -D -i -f "$SLURM_CONF"
-  wait_for 20 slurmctld "slurmctld is up" timeout 5 scontrol ping || die "slurmctld did not answer within 20 s (see $DIR/log/slurmctld.log)"
-  spawn slurmd slurmd -D -f "$SLURM_CONF"
-  wait_for 30 slurmd "node $(hostname -s) is idle" slurm_responds \
-    || die "the node did not become idle within 30 s (see $DIR/log/slurmd.log)"
-  echo "export SLURM_CONF=$SLURM_CONF" >"$DIR/env"
+  wait_for 20 slurmctld "slurmctld is up" timeout 5 scontrol ping || die_daemon slurmctld "did not answer within 20 s"
+  if ((n == 1)); then
+    spawn slurmd slurmd -D -f "$SLURM_CONF"
+  else
+    for ((i = 1; i <= n; i++)); do spawn_node_slurmd "$i"; done
+  fi
+  wait_for 30 slurmctld "$n node(s) idle: $(node_list)" slurm_responds \
+    || die "not every node became idle within 30 s (see $DIR/log/slurmd*.log): $(node_states)"
+  write_env
   say "running; state in $DIR; clients: source $DIR/env"
   cat "$DIR/env"
 }
 
+node_list() { SLURM_CONF="$DIR/slurm.conf" timeout 5 sinfo -h -o %N 2>/dev/null || true; }
+node_states() { SLURM_CONF="$DIR/slurm.conf" timeout 5 sinfo -h -N -o '%N %T' 2>/dev/null | paste -sd, || true; }
+
+# A daemon that failed to start: the reason from its log where it is one we know.
+die_daemon() {
+  local name="$1" what="$2" log="$DIR/log/$1.log" port
+  if grep -q "Address already in use" "$log" "$DIR/log/$name.out" 2>/dev/null; then
+    port="$(grep -o "Port=[0-9]*" "$DIR/slurm.conf" | head -1)"
+    die "$name $what: its port is taken by another process ($port in $DIR/slurm.conf); run start again for new ports"
+  fi
+  die "$name $what (see $log)"
+}
+
+spawn_node_slurmd() {  # slurmd on host I, in its namespaces, as node I
+  local i="$1" name
+  name="$(hosts_name "$i")"
+  install -d "$DIR/spool/$name"
+  # shellcheck disable=SC2016
+  spawn "slurmd-$name" bash -c 'source "$1"; DIR="$2"; hosts_load; hosts_exec "$3" slurmd -D -N "$4" -f "$5"' \
+    sh "$HERE/netns_hosts.sh" "$DIR" "$i" "$name" "$DIR/slurm.conf"
+}
+
+node_index() {  # node_index NAME -> I, for a node of this multi-node cluster
+  local n i
+  n="$(node_count)"
+  for ((i = 1; i <= n; i++)); do [[ $1 == "$(hosts_name "$i")" ]] && { echo "$i"; return 0; }; done
+  die "no node '$1' in this cluster (node1..node$n)" 2
+}
+
+fault() {  # fault cut|heal|kill|revive NODE
+  local action="$1" node="$2" i
+  (($(node_count) > 1)) && hosts_load || die "'$action' needs a multi-node cluster (start --nodes N, N >= 2) in $DIR" 2
+  i="$(node_index "$node")" || exit $?
+  case "$action" in
+    cut) hosts_link "$i" down && say "$node: link down" ;;
+    heal) hosts_link "$i" up && say "$node: link up" ;;
+    kill) hosts_kill "$i" && say "$node: every process killed (slurmd included)" ;;
+    revive)
+      pid_of "slurmd-$node" >/dev/null || spawn_node_slurmd "$i"
+      export SLURM_CONF="$DIR/slurm.conf"
+      timeout 5 scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true
+      wait_for 30 "slurmd-$node" "$node is back" slurm_responds || die "$node did not become idle within 30 s: $(node_states)"
+      ;;
+  esac
+}
+
 stop_daemons() {
   local quiet="${1:-}" d pid
-  for d in "${DAEMONS[@]}"; do
+  for d in $(daemons); do
     pid="$(pid_of "$d")" || { rm -f "$DIR/pids/$d.pid"; continue; }
     kill -TERM "$pid" 2>/dev/null || true
     local deadline=$((SECONDS + 10))
@@ -258,6 +365,7 @@ stop() {
   fi
   stop_daemons
   stop_stray_jobs
+  hosts_destroy
   rm -f "$DIR/env"
   say "stopped; state left in $DIR"
 }
@@ -273,9 +381,22 @@ status() {
   return 4
 }
 
+usage() {
+  echo "usage: $0 start [--nodes N] | stop | status | cut|heal|kill|revive NODE   (state in \$SFTDP_SLURM_DIR, default /tmp/sftdp-slurm)" >&2
+  exit 2
+}
+
 case "${1:-}" in
-  start) start ;;
+  start)
+    nodes=1
+    if (($# >= 2)); then
+      [[ $2 == --nodes && $# -eq 3 ]] || usage
+      [[ $3 =~ ^[1-9][0-9]?$ ]] || die "--nodes: expected 1 to 99 hosts, got '$3'" 2
+      nodes="$3"
+    fi
+    start "$nodes" ;;
   stop) stop ;;
   status) status ;;
-  *) echo "usage: $0 start|stop|status   (state in \$SFTDP_SLURM_DIR, default /tmp/sftdp-slurm)" >&2; exit 2 ;;
+  cut | heal | kill | revive) (($# == 2)) || usage; fault "$1" "$2" ;;
+  *) usage ;;
 esac

@@ -1,6 +1,7 @@
 // src/comm/agree.cpp — agree_on_user_errors, every_rank and allgather_strings (sftdp/comm.h), the
 // small whole-world exchanges. agree_on_user_errors: one allreduce (MIN) of the lowest failing
-// rank, then that rank broadcasts its message. Each collective is non-blocking, waited for under
+// rank, then that rank broadcasts its message, and the ranks that failed are gathered to be named
+// with their hosts. Each collective is non-blocking, waited for under
 // the deadline (comm/collective.h).
 #include <mpi.h>
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "comm/collective.h"
+#include "comm/rank_list.h"
 #include "sftdp/check_mpi.h"
 #include "sftdp/comm.h"
 
@@ -79,7 +81,19 @@ void agree_on_user_errors(const std::function<void()>& fn) {
   broadcast(&len, 1, MPI_UINT64_T, first);
   error.resize(len);
   broadcast(error.data(), static_cast<int>(len), MPI_CHAR, first);
-  throw UserError(first == 0 ? error : error + " (seen by rank " + std::to_string(first) + ")");
+  // Which ranks saw it, by host: a file one node cannot see reads "(seen by ranks 2-3 on node2)".
+  std::vector<int> flags(world);
+  {
+    int mine = failed ? 1 : 0;
+    detail::Collective c(kAgreement);
+    CHECK_MPI(MPI_Iallgather(&mine, 1, MPI_INT, flags.data(), 1, MPI_INT, MPI_COMM_WORLD, c.request()));
+    c.wait();
+  }
+  std::vector<int> seen;
+  for (int r = 0; r < world; ++r)
+    if (flags[r]) seen.push_back(r);
+  if (static_cast<int>(seen.size()) == world) throw UserError(error);  // every rank: nothing to add
+  throw UserError(error + " (seen by " + ranks_with_hosts(seen, detail::rank_hosts(), 8, HostStyle::kOn) + ")");
 }
 
 }  // namespace sftdp::comm

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/rank_list.h"
 #include "sftdp/check_mpi.h"
 #include "sftdp/comm.h"
 
@@ -132,6 +133,8 @@ void open_arrival_channel() {
   }
 }
 
+const std::vector<std::string>& rank_hosts() { return g_channel.hosts; }
+
 void close_arrival_channel() {
   Channel& ch = g_channel;
   if (!ch.open()) return;
@@ -191,9 +194,6 @@ void Collective::expire(double waited_s, const std::function<void()>& on_expiry)
   Channel& ch = g_channel;
   const std::string name = std::string(what_) + (g_context.empty() ? "" : " " + g_context);
   const std::string limit = " (collective_timeout_s: " + number(g_timeout_s) + ")";
-  auto host_of = [&](int r) {
-    return r < static_cast<int>(ch.hosts.size()) ? " (" + ch.hosts[r] + ")" : std::string();
-  };
   std::string msg;
   if (ch.watching()) {
     // Messages sent before the deadline may still be on their way in: keep receiving briefly.
@@ -207,14 +207,8 @@ void Collective::expire(double waited_s, const std::function<void()>& on_expiry)
       if (ch.last_seen[r] < seq_) missing.push_back(r);
       else if (now - ch.last_heard[r] > silence) silent.push_back(r);
     }
-    auto list = [&](const std::vector<int>& ranks) {
-      std::string who = ranks.size() == 1 ? "rank " : "ranks ";
-      const size_t shown = std::min<size_t>(ranks.size(), 8);
-      for (size_t i = 0; i < shown; ++i)
-        who += (i ? ", " : "") + std::to_string(ranks[i]) + host_of(ranks[i]);
-      if (shown < ranks.size()) who += " and " + std::to_string(ranks.size() - shown) + " more";
-      return who;
-    };
+    // "ranks 2-3 (node2)": grouped by host, so a host that went away reads as one.
+    auto list = [&](const std::vector<int>& ranks) { return ranks_with_hosts(ranks, ch.hosts); };
     if (!missing.empty())
       msg = list(missing) + (missing.size() == 1 ? " has" : " have") + " not reached " + name +
             " after " + number(waited_s) + " s";
@@ -228,6 +222,21 @@ void Collective::expire(double waited_s, const std::function<void()>& on_expiry)
     if (msg.empty())
       msg = "every rank reached " + name + " and is still waiting after " + number(waited_s) +
             " s (an MPI or network failure?)";
+    // Hosts none of whose ranks answers (this one's aside): a node or its link is down, not a rank.
+    std::vector<int> quiet_ranks = missing;
+    quiet_ranks.insert(quiet_ranks.end(), silent.begin(), silent.end());
+    std::sort(quiet_ranks.begin(), quiet_ranks.end());
+    std::string gone;
+    int gone_hosts = 0;
+    for (const auto& g : group_by_host(quiet_ranks, ch.hosts)) {
+      if (g.host == ch.hosts[ch.rank]) continue;
+      const auto on_host = std::count(ch.hosts.begin(), ch.hosts.end(), g.host);
+      if (static_cast<size_t>(on_host) != g.ranks.size()) continue;
+      gone += (gone_hosts++ ? ", " : "") + g.host;
+    }
+    if (gone_hosts > 0)
+      msg += "; no rank on " + std::string(gone_hosts == 1 ? "host " : "hosts ") + gone +
+             " answers (the host or its network is down?)";
     msg += "; ending the job" + limit;
   } else if (ch.open() && ch.world > 1) {
     msg = name + " has not completed after " + number(waited_s) + " s on rank " +

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace sftdp::comm::detail {
 
@@ -17,6 +19,9 @@ namespace sftdp::comm::detail {
 // MPI_Finalize. Without it collectives still have a deadline, but the message cannot name ranks.
 void open_arrival_channel();
 void close_arrival_channel();
+// Every rank's host (MPI_Get_processor_name), by rank, as the channel gathered them; empty while
+// the channel is closed.
+const std::vector<std::string>& rank_hosts();
 
 class Collective {
  public:

@@ -12,6 +12,7 @@
 #include "sftdp/check_mpi.h"
 #include "sftdp/log.h"
 #include "train/gpu_plan.h"
+#include "train/placement.h"
 
 namespace sftdp::train {
 namespace {
@@ -65,6 +66,7 @@ Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
     pick_cpu_threads(mpi);
     dev.ops = &cpu_ops();
     dev.comm = comm::make_mpi_communicator();
+    log_placement(mpi, "cpu");
     return dev;
   }
 #ifdef SFTDP_WITH_CUDA
@@ -75,6 +77,7 @@ Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
   dev.comm = comm::make_nccl_communicator();
   log::info("hardware: gpu (CUDA device %d on %s, local rank %d)", device, mpi.host().c_str(),
             mpi.local_rank());
+  log_placement(mpi, device_bus_id(device));
 #endif
   return dev;
 }

@@ -95,6 +95,16 @@ GpuPlan plan_gpus(const std::vector<RankGpuFacts>& ranks) {
   return plan;
 }
 
+std::string device_bus_id([[maybe_unused]] int device) {
+#ifdef SFTDP_WITH_CUDA
+  char id[64] = {};
+  CHECK_CUDA(cudaDeviceGetPCIBusId(id, sizeof id, device));
+  return id;
+#else
+  return "";
+#endif
+}
+
 std::vector<RankGpuFacts> gather_gpu_facts(const comm::MpiSession& mpi) {
   // Under the collective deadline, like every collective (comm::allgather_strings).
   const auto all = comm::allgather_strings(encode({mpi.host(), mpi.local_rank(), local_devices()}),

@@ -32,4 +32,7 @@ GpuPlan plan_gpus(const std::vector<RankGpuFacts>& ranks);
 // in a build without CUDA), in rank order.
 std::vector<RankGpuFacts> gather_gpu_facts(const comm::MpiSession& mpi);
 
+// The PCI bus id of this process's CUDA device `device` ("" in a build without CUDA).
+std::string device_bus_id(int device);
+
 }  // namespace sftdp::train

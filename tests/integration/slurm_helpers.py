@@ -1,6 +1,8 @@
-"""Helpers for the Slurm integration test: a private single-node cluster started and stopped through
-scripts/slurm_cluster.sh (stopped by PID on every exit path), sbatch submission, bounded waits on job
-states (scontrol, ~0.5 s polls) and on metrics.jsonl. Run under Debian's /usr/bin/python3."""
+"""Helpers for the Slurm integration tests: a private cluster (one node, or N network-namespace
+hosts) started and stopped through scripts/slurm_cluster.sh (stopped by PID and namespace name on
+every exit path), its faults (cut/heal/kill/revive a node), sbatch submission, bounded waits on job
+states (scontrol, ~0.5 s polls) and on metrics.jsonl, and the checks the Slurm tests share (a job
+completed, metrics equal to a reference run's). Run under Debian's /usr/bin/python3."""
 import atexit
 import json
 import os
@@ -9,7 +11,9 @@ import subprocess
 import sys
 import time
 
-from harness import SOURCE
+import numpy as np
+
+from harness import SOURCE, read_metrics, read_params
 
 CLUSTER_SCRIPT = os.path.join(SOURCE, "scripts", "slurm_cluster.sh")
 CANNOT_INSTALL = 3  # slurm_cluster.sh's exit status when apt-get cannot install Slurm
@@ -22,12 +26,13 @@ class SlurmCluster:
     installed; under pytest it skips the tests that asked for it); a failed start raises.
     stop() runs at exit, on SIGTERM/SIGINT and when called, and only once."""
 
-    def __init__(self, state_dir, fake_gpus=0):
-        self.state_dir, self.fake_gpus, self.env, self.stopped = state_dir, fake_gpus, None, False
+    def __init__(self, state_dir, fake_gpus=0, nodes=1):
+        self.state_dir, self.fake_gpus, self.nodes = state_dir, fake_gpus, nodes
+        self.env, self.stopped = None, False
 
-    def _run(self, action, timeout):
+    def _run(self, *args, timeout):
         env = dict(os.environ, SFTDP_SLURM_DIR=self.state_dir, SFTDP_SLURM_FAKE_GPUS=str(self.fake_gpus))
-        return subprocess.run(["bash", CLUSTER_SCRIPT, action], capture_output=True, text=True,
+        return subprocess.run(["bash", CLUSTER_SCRIPT, *args], capture_output=True, text=True,
                               env=env, timeout=timeout)
 
     def start(self):
@@ -35,7 +40,7 @@ class SlurmCluster:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: sys.exit(1))  # sys.exit runs the atexit stop
         t0 = time.monotonic()
-        p = self._run("start", timeout=900)
+        p = self._run("start", *(["--nodes", str(self.nodes)] if self.nodes > 1 else []), timeout=900)
         if p.returncode == CANNOT_INSTALL:
             reason = (p.stderr.strip().splitlines() or ["Slurm cannot be installed"])[-1]
             print(f"SKIPPED: {reason}", flush=True)
@@ -46,16 +51,36 @@ class SlurmCluster:
         if p.returncode != 0:
             raise RuntimeError(f"slurm_cluster.sh start failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
         print(f"cluster up in {time.monotonic() - t0:.1f} s (state in {self.state_dir})", flush=True)
-        self.env = dict(os.environ, SLURM_CONF=os.path.join(self.state_dir, "slurm.conf"))
+        self.env = dict(os.environ, **self.client_env())
         return self
 
+    def client_env(self):
+        """The variables $DIR/env exports (SLURM_CONF; on several hosts Open MPI's TCP settings)."""
+        found = {}
+        with open(os.path.join(self.state_dir, "env")) as f:
+            for line in f:
+                if line.startswith("export "):
+                    for pair in line.split()[1:]:
+                        key, _, value = pair.partition("=")
+                        found[key] = value
+        return found
+
+    def fault(self, action, node):
+        """cut | heal | kill | revive NODE (scripts/slurm_cluster.sh); raises if the script fails."""
+        p = self._run(action, node, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"slurm_cluster.sh {action} {node} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+
+    def node_state(self, node):
+        return self.cmd("sinfo", "-h", "-n", node, "-o", "%T").strip()
+
     def daemon_pids(self):
+        """Every daemon's recorded PID: munged, slurmctld, slurmd (or slurmd-nodeI per host)."""
         pids = {}
-        for name in ("munged", "slurmctld", "slurmd"):
-            path = os.path.join(self.state_dir, "pids", f"{name}.pid")
-            if os.path.exists(path):
-                with open(path) as f:
-                    pids[name] = int(f.read().strip())
+        pid_dir = os.path.join(self.state_dir, "pids")
+        for entry in sorted(os.listdir(pid_dir)) if os.path.isdir(pid_dir) else []:
+            with open(os.path.join(pid_dir, entry)) as f:
+                pids[entry[:-4]] = int(f.read().strip())
         return pids
 
     def job_processes(self):
@@ -78,7 +103,7 @@ class SlurmCluster:
         if self.stopped:
             return
         self.stopped = True
-        p = self._run("stop", timeout=120)
+        p = self._run("stop", timeout=180)
         sys.stdout.write(p.stdout)
         sys.stderr.write(p.stderr)
 
@@ -151,3 +176,37 @@ def pid_alive(pid):
             return f.read().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
+
+
+def job_log(fields):
+    with open(fields["StdOut"]) as f:
+        return f.read()
+
+
+def assert_completed(fields, what):
+    ok = fields.get("JobState") == "COMPLETED" and fields.get("ExitCode") == "0:0"
+    log = job_log(fields)[-3000:] if os.path.exists(fields.get("StdOut", "")) else "(no log)"
+    assert ok, f"{what}: JobState={fields.get('JobState')} ExitCode={fields.get('ExitCode')}\n{log}"
+
+
+def assert_same_metrics(run_dir, ref_dir, what, rel=1e-6, from_step=0):
+    """Per-step losses within rel of the reference's (steps after from_step), equal weight sums."""
+    ms, es = read_metrics(run_dir)
+    mr, er = read_metrics(ref_dir)
+    ms = [m for m in ms if m["step"] > from_step]
+    mr = [m for m in mr if m["step"] > from_step]
+    assert [m["step"] for m in ms] == [m["step"] for m in mr] and len(ms) > 0, \
+        f"{what}: steps {[m['step'] for m in ms]} vs {[m['step'] for m in mr]}"
+    worst = max((abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(ms, mr)), default=0.0)
+    assert worst <= rel, f"{what}: loss differs by {worst:.2e} relative (limit {rel})"
+    assert [m["weight_sum"] for m in ms] == [m["weight_sum"] for m in mr], f"{what}: weight_sum per step"
+    if from_step == 0:
+        assert len(es) == len(er), f"{what}: {len(es)} eval lines vs {len(er)}"
+    return worst
+
+
+def assert_final_params_equal(run_dir, ref_dir, step, what):
+    a = read_params(f"{run_dir}/checkpoints/step_{step}.h5")
+    b = read_params(f"{ref_dir}/checkpoints/step_{step}.h5")
+    differ = [k for k in b if not np.array_equal(a[k], b[k])]
+    assert not differ, f"{what}: final parameters not bitwise equal: {differ}"

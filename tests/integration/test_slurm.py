@@ -9,11 +9,11 @@ import shutil
 import tempfile
 import time
 
-import numpy as np
 import pytest
 
-from harness import SFT_TRAIN, SOURCE, TINY_MODEL, make_data, read_metrics, read_params, run_train, write_config
-from slurm_helpers import SlurmCluster, pid_alive, wait_metrics
+from harness import SFT_TRAIN, SOURCE, TINY_MODEL, make_data, run_train, write_config
+from slurm_helpers import (SlurmCluster, assert_completed, assert_final_params_equal, assert_same_metrics, job_log,
+                           pid_alive, wait_metrics)
 
 SLURM_DIR = os.path.join(SOURCE, "slurm")
 JOB_ENV = {"SFTDP_TRAIN": SFT_TRAIN}
@@ -67,35 +67,6 @@ def env(note):
         note(f"Slurm tests took {time.monotonic() - t0:.1f} s (cluster start included)")
         if not os.environ.get("SFTDP_KEEP_TMP"):
             shutil.rmtree(d, ignore_errors=True)
-
-
-def job_log(fields):
-    with open(fields["StdOut"]) as f:
-        return f.read()
-
-
-def assert_completed(fields, what):
-    ok = fields.get("JobState") == "COMPLETED" and fields.get("ExitCode") == "0:0"
-    log = job_log(fields)[-3000:] if os.path.exists(fields.get("StdOut", "")) else "(no log)"
-    assert ok, f"{what}: JobState={fields.get('JobState')} ExitCode={fields.get('ExitCode')}\n{log}"
-
-
-def assert_same_metrics(run_dir, ref_dir, what, rel=1e-6):
-    ms, es = read_metrics(run_dir)
-    mr, er = read_metrics(ref_dir)
-    assert [m["step"] for m in ms] == [m["step"] for m in mr] and len(ms) > 0, \
-        f"{what}: steps {[m['step'] for m in ms]} vs {[m['step'] for m in mr]}"
-    worst = max((abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(ms, mr)), default=0.0)
-    assert worst <= rel, f"{what}: loss differs by {worst:.2e} relative (limit {rel})"
-    assert [m["weight_sum"] for m in ms] == [m["weight_sum"] for m in mr], f"{what}: weight_sum per step"
-    assert len(es) == len(er), f"{what}: {len(es)} eval lines vs {len(er)}"
-
-
-def assert_final_params_equal(run_dir, ref_dir, step, what):
-    a = read_params(f"{run_dir}/checkpoints/step_{step}.h5")
-    b = read_params(f"{ref_dir}/checkpoints/step_{step}.h5")
-    differ = [k for k in b if not np.array_equal(a[k], b[k])]
-    assert not differ, f"{what}: final parameters not bitwise equal: {differ}"
 
 
 @pytest.mark.parametrize("n", [2, 4])
