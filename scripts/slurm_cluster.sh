@@ -11,8 +11,8 @@
 #   stop    cancel jobs, stop the daemons by their recorded PIDs, delete the hosts by name
 #   status  exit 0 if up, 4 if not
 #   Faults, on a multi-node cluster (for the tests): cut NODE | heal NODE (its link down / up),
-#   kill NODE (SIGKILL every process of that host, its slurmd included), revive NODE (its slurmd
-#   again; waits until the node is idle).
+#   kill NODE (SIGKILL every process of that host, its slurmd included), revive NODE (a reboot:
+#   what still runs there is killed, a fresh slurmd registers the node; waits until it is idle).
 #   (exit 2: the state dir is out of reach of the munge user, e.g. under a 0700 directory; a bad argument)
 # Idempotent. State (config, munge key and socket, spool, logs, PIDs) in $SFTDP_SLURM_DIR
 # (default /tmp/sftdp-slurm). Clients: `source $DIR/env` (sets SLURM_CONF). Every wait is bounded.
@@ -98,7 +98,7 @@ free_port() {
 }
 
 write_config() {
-  local n host ctld_host ctld_port slurmd_port gres="" first_job_id i nodes=() timeouts=""
+  local n host ctld_host ctld_port slurmd_port gres="" first_job_id i nodes=() timeouts="" kill_wait=30
   n="$(node_count)"
   host="$(hostname -s)"
   first_job_id=$(( (RANDOM * 32768 + RANDOM) % 60000000 + 1000 ))
@@ -112,9 +112,11 @@ write_config() {
     # slurmctld on the head node (this machine), reached at its bridge address; a node per host.
     ctld_host="$host($(hosts_head_addr))"
     for ((i = 1; i <= n; i++)); do nodes+=("NodeName=$(hosts_name "$i") NodeAddr=$(hosts_addr "$i")"); done
-    # A node that stops answering is DOWN after 10 s (Slurm's default: 300 s), so that a lost node
-    # ends its job within the tests' time; messages to an unreachable node give up after 5 s.
+    # A node that stops answering is DOWN after 10 s (Slurm's default: 300 s); messages to an
+    # unreachable node give up after 5 s. After a task fails, srun waits KillWait + 2 s for the
+    # tasks it cannot reach (a cut link), then ends the step: 10 s here (Slurm's default: 30 s).
     timeouts=$'SlurmdTimeout=10\nMessageTimeout=5\nTCPTimeout=2'
+    kill_wait=10
   fi
   if ((FAKE_GPUS > 0)); then
     : >"$DIR/gres.conf"
@@ -149,7 +151,7 @@ SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge=600
-KillWait=30
+KillWait=$kill_wait
 MailProg=/bin/true
 $timeouts
 StateSaveLocation=$DIR/state
@@ -298,10 +300,13 @@ fault() {  # fault cut|heal|kill|revive NODE
     cut) hosts_link "$i" down && say "$node: link down" ;;
     heal) hosts_link "$i" up && say "$node: link up" ;;
     kill) hosts_kill "$i" && say "$node: every process killed (slurmd included)" ;;
-    revive)
-      pid_of "slurmd-$node" >/dev/null || spawn_node_slurmd "$i"
-      export SLURM_CONF="$DIR/slurm.conf"
-      timeout 5 scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true
+    revive)  # a reboot: whatever still runs there goes, then a fresh slurmd registers the node
+      hosts_kill "$i"
+      local deadline=$((SECONDS + 10))
+      while [[ -n "$(ip netns pids "$(hosts_ns "$i")")" ]] && ((SECONDS < deadline)); do sleep 0.1; done
+      # A reboot empties /tmp: a requeued job (same id) must not find its old PMIx step directory.
+      find "$DIR/nodes/$node/tmp" -mindepth 1 -delete
+      spawn_node_slurmd "$i"
       wait_for 30 "slurmd-$node" "$node is back" slurm_responds || die "$node did not become idle within 30 s: $(node_states)"
       ;;
   esac

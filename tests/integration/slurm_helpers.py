@@ -189,18 +189,20 @@ def assert_completed(fields, what):
     assert ok, f"{what}: JobState={fields.get('JobState')} ExitCode={fields.get('ExitCode')}\n{log}"
 
 
-def assert_same_metrics(run_dir, ref_dir, what, rel=1e-6, from_step=0):
-    """Per-step losses within rel of the reference's (steps after from_step), equal weight sums."""
+def assert_same_metrics(run_dir, ref_dir, what, rel=1e-6, from_step=0, to_step=None):
+    """Per-step losses within rel of the reference's (steps from_step + 1 .. to_step), equal weight
+    sums; returns the largest relative difference."""
     ms, es = read_metrics(run_dir)
     mr, er = read_metrics(ref_dir)
-    ms = [m for m in ms if m["step"] > from_step]
-    mr = [m for m in mr if m["step"] > from_step]
+    last = to_step if to_step is not None else float("inf")
+    ms = [m for m in ms if from_step < m["step"] <= last]
+    mr = [m for m in mr if from_step < m["step"] <= last]
     assert [m["step"] for m in ms] == [m["step"] for m in mr] and len(ms) > 0, \
         f"{what}: steps {[m['step'] for m in ms]} vs {[m['step'] for m in mr]}"
     worst = max((abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(ms, mr)), default=0.0)
     assert worst <= rel, f"{what}: loss differs by {worst:.2e} relative (limit {rel})"
     assert [m["weight_sum"] for m in ms] == [m["weight_sum"] for m in mr], f"{what}: weight_sum per step"
-    if from_step == 0:
+    if from_step == 0 and to_step is None:
         assert len(es) == len(er), f"{what}: {len(es)} eval lines vs {len(er)}"
     return worst
 
