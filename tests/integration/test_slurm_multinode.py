@@ -132,7 +132,7 @@ def test_file_one_host_cannot_see(env, note):
     _, fields = env.run_job("one_host_file", TWO_NODES, [f"train_files={private}/train.h5"], note=note)
     log = job_log(fields)
     assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "2:0", f"{fields['ExitCode']}\n{log[-2000:]}"
-    errors = [line for line in log.splitlines() if "error:" in line and "srun" not in line]
+    errors = [line for line in log.splitlines() if line.startswith("error:")]  # sft_train's, not Slurm's
     assert errors == [f"error: {private}/train.h5: not found (run sft_prepare first?) (seen by ranks 2-3 on node2)"], \
         f"one message, naming node2:\n{log[-2000:]}"
     assert "tasks 0-1: Exited with exit code 2" in log and "tasks 2-3: Exited with exit code 2" in log, \
