@@ -294,7 +294,9 @@ node_index() {  # node_index NAME -> I, for a node of this multi-node cluster
 
 fault() {  # fault cut|heal|kill|revive NODE
   local action="$1" node="$2" i
-  (($(node_count) > 1)) && hosts_load || die "'$action' needs a multi-node cluster (start --nodes N, N >= 2) in $DIR" 2
+  if (($(node_count) < 2)) || ! hosts_load; then
+    die "'$action' needs a multi-node cluster (start --nodes N, N >= 2) in $DIR" 2
+  fi
   i="$(node_index "$node")" || exit $?
   case "$action" in
     cut) hosts_link "$i" down && say "$node: link down" ;;
@@ -307,7 +309,8 @@ fault() {  # fault cut|heal|kill|revive NODE
       # A reboot empties /tmp: a requeued job (same id) must not find its old PMIx step directory.
       find "$DIR/nodes/$node/tmp" -mindepth 1 -delete
       spawn_node_slurmd "$i"
-      wait_for 30 "slurmd-$node" "$node is back" slurm_responds || die "$node did not become idle within 30 s: $(node_states)"
+      wait_for 30 "slurmd-$node" "$node is back" slurm_responds \
+        || die "$node did not become idle within 30 s: $(node_states)"
       ;;
   esac
 }
@@ -387,19 +390,20 @@ status() {
 }
 
 usage() {
-  echo "usage: $0 start [--nodes N] | stop | status | cut|heal|kill|revive NODE   (state in \$SFTDP_SLURM_DIR, default /tmp/sftdp-slurm)" >&2
+  echo "usage: $0 start [--nodes N] | stop | status | cut|heal|kill|revive NODE" >&2
+  echo "       (state in \$SFTDP_SLURM_DIR, default /tmp/sftdp-slurm)" >&2
   exit 2
 }
 
 case "${1:-}" in
   start)
-    nodes=1
+    node_arg=1
     if (($# >= 2)); then
       [[ $2 == --nodes && $# -eq 3 ]] || usage
       [[ $3 =~ ^[1-9][0-9]?$ ]] || die "--nodes: expected 1 to 99 hosts, got '$3'" 2
-      nodes="$3"
+      node_arg="$3"
     fi
-    start "$nodes" ;;
+    start "$node_arg" ;;
   stop) stop ;;
   status) status ;;
   cut | heal | kill | revive) (($# == 2)) || usage; fault "$1" "$2" ;;

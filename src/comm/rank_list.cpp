@@ -30,8 +30,8 @@ std::vector<HostRanks> group_by_host(const std::vector<int>& ranks, const std::v
   return groups;
 }
 
-std::string ranks_with_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts,
-                             size_t max_hosts, HostStyle style) {
+std::string ranks_with_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts, size_t max_hosts,
+                             HostStyle style) {
   const auto groups = group_by_host(ranks, hosts);
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
   size_t shown = 0, hidden_ranks = 0;

@@ -23,7 +23,7 @@ std::vector<HostRanks> group_by_host(const std::vector<int>& ranks, const std::v
 // are named, then "and N more on K other hosts". Ranks of host "" are listed without one.
 // HostStyle::kOn writes "ranks 2-3 on node2" (for text already in parentheses).
 enum class HostStyle { kParens, kOn };
-std::string ranks_with_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts,
-                             size_t max_hosts = 8, HostStyle style = HostStyle::kParens);
+std::string ranks_with_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts, size_t max_hosts = 8,
+                             HostStyle style = HostStyle::kParens);
 
 }  // namespace sftdp::comm

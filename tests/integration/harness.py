@@ -21,6 +21,15 @@ TINY_MODEL = dict(model_name="gpt2-tiny", num_decoder_layers=2, num_heads=2, emb
                   mlp_dim=64, vocab_size=64, max_position_embeddings=16)
 
 
+def simulator_build():
+    """True for a build with SFTDP_CUDA_SIM=ON: hardware=gpu runs on simulated GPUs."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            return "SFTDP_CUDA_SIM:BOOL=ON" in f.read()
+    except OSError:
+        return False
+
+
 def tempdir():
     d = tempfile.mkdtemp(prefix="sftdp_it_")
     if not os.environ.get("SFTDP_KEEP_TMP"):

@@ -4,16 +4,19 @@ every exit path), its faults (cut/heal/kill/revive a node), sbatch submission, b
 states (scontrol, ~0.5 s polls) and on metrics.jsonl, and the checks the Slurm tests share (a job
 completed, metrics equal to a reference run's). Run under Debian's /usr/bin/python3."""
 import atexit
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 
-from harness import SOURCE, read_metrics, read_params
+from harness import SOURCE, TINY_MODEL, make_data, read_metrics, read_params, write_config
 
 CLUSTER_SCRIPT = os.path.join(SOURCE, "scripts", "slurm_cluster.sh")
 CANNOT_INSTALL = 3  # slurm_cluster.sh's exit status when apt-get cannot install Slurm
@@ -141,6 +144,36 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} still {fields.get('JobState')} after {timeout} s")
             time.sleep(0.5)
+
+
+def job_config(d):
+    """The Slurm tests' run: the tiny model, 24 steps of 16 rows on CPU ranks, outputs in d/out."""
+    make_data(f"{d}/train.h5", 256, seed=1)
+    make_data(f"{d}/eval.h5", 32, seed=2)
+    return write_config(f"{d}/c.yml", **dict(
+        TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
+        eval_files=f"{d}/eval.h5", eval_interval=8, max_target_length=16, global_batch_size=16,
+        gradient_accumulation_steps=1, steps=24, learning_rate=3e-3, warmup_steps_fraction=0.1,
+        enable_data_shuffling=True, data_shuffle_seed=5, checkpoint_period=0, hardware="cpu", seed=3))
+
+
+@contextlib.contextmanager
+def running_cluster(note, what, **cluster_options):
+    """(work dir, started SlurmCluster) for a test module: the cluster's state under a fresh
+    world-readable directory (munged must enter it; pytest's tmp_path is 0700), stopped and the
+    directory removed on the way out (kept with SFTDP_KEEP_TMP=1); notes how long it all took."""
+    d = tempfile.mkdtemp(prefix="sftdp_it_")
+    os.chmod(d, 0o755)
+    cluster = SlurmCluster(os.path.join(d, "cluster"), **cluster_options)
+    t0 = time.monotonic()
+    try:
+        cluster.start()
+        yield d, cluster
+    finally:
+        cluster.stop()
+        note(f"{what} took {time.monotonic() - t0:.1f} s (cluster start included)")
+        if not os.environ.get("SFTDP_KEEP_TMP"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def metrics_steps(run_dir):

@@ -23,15 +23,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from harness import BUILD, TINY_MODEL, make_data, max_rel, read_metrics, read_params, run_train, write_config
-
-
-def _simulator_build():
-    try:
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            return "SFTDP_CUDA_SIM:BOOL=ON" in f.read()
-    except OSError:
-        return False
+from harness import (TINY_MODEL, make_data, max_rel, read_metrics, read_params, run_train, simulator_build,
+                     write_config)
 
 
 def _real_gpu():
@@ -41,7 +34,7 @@ def _real_gpu():
         return False
 
 
-SIM = _simulator_build()
+SIM = simulator_build()
 # Collected and skipped (not a module-level skip: a file that collects nothing fails, conftest.py).
 pytestmark = pytest.mark.skipif(not SIM and not _real_gpu(), reason="neither the CUDA simulator build nor a GPU")
 

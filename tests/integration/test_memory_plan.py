@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from harness import BUILD, make_data, run_train, write_config
+from harness import make_data, run_train, simulator_build, write_config
 
 
 def mem_available_gib():
@@ -19,14 +19,6 @@ def mem_available_gib():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) / 2**20
     return None
-
-
-def simulator_build():
-    try:
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            return "SFTDP_CUDA_SIM:BOOL=ON" in f.read()
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif((mem_available_gib() or 1e9) > 300, reason="a node with over 300 GiB available could fit the run")

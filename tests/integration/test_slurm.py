@@ -5,15 +5,13 @@ the GPU batch scripts launch on fake GPUs (hardware=cpu); a job given USR1 mid-r
 ends cleanly and its resubmission resumes to the same final parameters as an uninterrupted run; a
 job whose batch shell gets USR1 requeues itself and finishes the same way. Daemons stopped by PID."""
 import os
-import shutil
-import tempfile
 import time
 
 import pytest
 
-from harness import SFT_TRAIN, SOURCE, TINY_MODEL, make_data, run_train, write_config
-from slurm_helpers import (SlurmCluster, assert_completed, assert_final_params_equal, assert_same_metrics, job_log,
-                           pid_alive, wait_metrics)
+from harness import SFT_TRAIN, SOURCE, run_train
+from slurm_helpers import (assert_completed, assert_final_params_equal, assert_same_metrics, job_config, job_log,
+                           pid_alive, running_cluster, wait_metrics)
 
 SLURM_DIR = os.path.join(SOURCE, "slurm")
 JOB_ENV = {"SFTDP_TRAIN": SFT_TRAIN}
@@ -26,13 +24,7 @@ class Env:
 
     def __init__(self, d, cluster):
         self.d, self.cluster, self.mpirun_runs = d, cluster, set()
-        make_data(f"{d}/train.h5", 256, seed=1)
-        make_data(f"{d}/eval.h5", 32, seed=2)
-        self.cfg = write_config(f"{d}/c.yml", **dict(
-            TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
-            eval_files=f"{d}/eval.h5", eval_interval=8, max_target_length=16, global_batch_size=16,
-            gradient_accumulation_steps=1, steps=24, learning_rate=3e-3, warmup_steps_fraction=0.1,
-            enable_data_shuffling=True, data_shuffle_seed=5, checkpoint_period=0, hardware="cpu", seed=3))
+        self.cfg = job_config(d)
         self.sbatch_cwd = [f"--chdir={d}"]
 
     def run_job(self, script, sbatch_options, args, note, env_extra=None, timeout=120):
@@ -54,19 +46,8 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(note):
-    # Not pytest's tmp_path (under a 0700 /tmp/pytest-of-root): a world-readable directory of its own.
-    d = tempfile.mkdtemp(prefix="sftdp_it_")
-    os.chmod(d, 0o755)
-    cluster = SlurmCluster(os.path.join(d, "cluster"), fake_gpus=2)
-    t0 = time.monotonic()
-    try:
-        cluster.start()
+    with running_cluster(note, "Slurm tests", fake_gpus=2) as (d, cluster):
         yield Env(d, cluster)
-    finally:
-        cluster.stop()
-        note(f"Slurm tests took {time.monotonic() - t0:.1f} s (cluster start included)")
-        if not os.environ.get("SFTDP_KEEP_TMP"):
-            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize("n", [2, 4])

@@ -18,14 +18,13 @@ exit 3). Each fault's time to the job's end is printed (note)."""
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 
 import pytest
 
-from harness import SFT_TRAIN, SOURCE, TINY_MODEL, make_data, read_params, run_train, write_config
-from slurm_helpers import (SlurmCluster, assert_completed, assert_final_params_equal, assert_same_metrics, job_log,
-                           metrics_steps, pid_alive, wait_metrics)
+from harness import SFT_TRAIN, SOURCE, read_params, run_train
+from slurm_helpers import (assert_completed, assert_same_metrics, job_config, job_log, metrics_steps, pid_alive,
+                           running_cluster, wait_metrics)
 
 CPU_SBATCH = os.path.join(SOURCE, "slurm", "cpu.sbatch")
 JOB_ENV = {"SFTDP_TRAIN": SFT_TRAIN}
@@ -40,13 +39,7 @@ SLOW_ARGS = [f"{k}={v}" for k, v in SLOW.items()]
 class Env:
     def __init__(self, d, cluster):
         self.d, self.cluster = d, cluster
-        make_data(f"{d}/train.h5", 256, seed=1)
-        make_data(f"{d}/eval.h5", 32, seed=2)
-        self.cfg = write_config(f"{d}/c.yml", **dict(
-            TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
-            eval_files=f"{d}/eval.h5", eval_interval=8, max_target_length=16, global_batch_size=16,
-            gradient_accumulation_steps=1, steps=24, learning_rate=3e-3, warmup_steps_fraction=0.1,
-            enable_data_shuffling=True, data_shuffle_seed=5, checkpoint_period=0, hardware="cpu", seed=3))
+        self.cfg = job_config(d)
 
     def submit(self, run_name, sbatch_options, args=(), env_extra=None):
         return self.cluster.submit(CPU_SBATCH, [self.cfg, f"run_name={run_name}", *args],
@@ -67,18 +60,8 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(note):
-    d = tempfile.mkdtemp(prefix="sftdp_it_")  # world-readable (munge), not pytest's 0700 tmp_path
-    os.chmod(d, 0o755)
-    cluster = SlurmCluster(os.path.join(d, "cluster"), nodes=2)
-    t0 = time.monotonic()
-    try:
-        cluster.start()
+    with running_cluster(note, "multi-node Slurm tests", nodes=2) as (d, cluster):
         yield Env(d, cluster)
-    finally:
-        cluster.stop()
-        note(f"multi-node Slurm tests took {time.monotonic() - t0:.1f} s (cluster start included)")
-        if not os.environ.get("SFTDP_KEEP_TMP"):
-            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +96,8 @@ def test_two_nodes_equal_one_host(env, note):
     worst = assert_same_metrics(env.run_dir("two_nodes"), env.run_dir("mpirun4"), "2 nodes vs mpirun -np 4")
     note(f"2 nodes x 2 tasks vs mpirun -np 4: losses within {worst:.1e} relative")
     log = job_log(fields)
-    want = "placement: 4 ranks on 2 hosts; node1: ranks 0-1, local ranks 0-1, cpu; node2: ranks 2-3, local ranks 0-1, cpu"
+    want = ("placement: 4 ranks on 2 hosts; node1: ranks 0-1, local ranks 0-1, cpu; "
+            "node2: ranks 2-3, local ranks 0-1, cpu")
     assert want in log, f"the placement line\n{log[:2000]}"
     assert "on node[1-2]" in log, "the job header names both nodes"
 

@@ -8,26 +8,17 @@ each with two simulated GPUs (the CUDA simulator build; two fake GPU GRES per no
 Runs in the sanitized suite (the simulator build); other builds skip it unless a real GPU is seen,
 and then it still needs the simulator's devices, so it skips too."""
 import os
-import shutil
-import tempfile
 import time
 
 import pytest
 
-from harness import BUILD, SFT_TRAIN, SOURCE, TINY_MODEL, make_data, run_train, write_config
-from slurm_helpers import SlurmCluster, assert_completed, assert_same_metrics, job_log
-
-
-def _simulator_build():
-    try:
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            return "SFTDP_CUDA_SIM:BOOL=ON" in f.read()
-    except OSError:
-        return False
+from harness import SFT_TRAIN, SOURCE, TINY_MODEL, make_data, run_train, simulator_build, write_config
+from slurm_helpers import assert_completed, assert_same_metrics, job_log, running_cluster
 
 
 # Collected and skipped (not a module-level skip: a file that collects nothing fails, conftest.py).
-pytestmark = pytest.mark.skipif(not _simulator_build(), reason="needs the CUDA simulator build (simulated GPUs per host)")
+pytestmark = pytest.mark.skipif(not simulator_build(),
+                                reason="needs the CUDA simulator build (simulated GPUs per host)")
 
 GPU_SBATCH = os.path.join(SOURCE, "slurm", "multi_node_gpu.sbatch")
 BUS = ["0000:18:00.0", "0000:28:00.0"]  # the simulator's first two devices, on every host
@@ -35,23 +26,13 @@ BUS = ["0000:18:00.0", "0000:28:00.0"]  # the simulator's first two devices, on 
 
 @pytest.fixture(scope="module")
 def env(note):
-    d = tempfile.mkdtemp(prefix="sftdp_it_")  # world-readable (munge), not pytest's 0700 tmp_path
-    os.chmod(d, 0o755)
-    cluster = SlurmCluster(os.path.join(d, "cluster"), fake_gpus=2, nodes=2)
-    t0 = time.monotonic()
-    try:
-        cluster.start()
+    with running_cluster(note, "multi-node GPU Slurm tests", fake_gpus=2, nodes=2) as (d, cluster):
         make_data(f"{d}/train.h5", 64, seed=1)
         cfg = write_config(f"{d}/c.yml", **dict(
             TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
             max_target_length=16, global_batch_size=8, steps=4, learning_rate=3e-3, checkpoint_period=0,
             enable_data_shuffling=True, data_shuffle_seed=5, seed=3))
         yield d, cluster, cfg
-    finally:
-        cluster.stop()
-        note(f"multi-node GPU Slurm tests took {time.monotonic() - t0:.1f} s (cluster start included)")
-        if not os.environ.get("SFTDP_KEEP_TMP"):
-            shutil.rmtree(d, ignore_errors=True)
 
 
 def run_gpu_job(env, run_name, sim_devices, gpus_per_node, note):

@@ -37,16 +37,16 @@ TEST(RankList, HostsInOrderOfTheirLowestRank) {
 }
 
 TEST(Placement, TwoNodesOfTwoCpuRanks) {
-  EXPECT_EQ(train::describe_placement({{"node1", 0, "cpu"}, {"node1", 1, "cpu"}, {"node2", 0, "cpu"},
-                                       {"node2", 1, "cpu"}}),
-            "4 ranks on 2 hosts; node1: ranks 0-1, local ranks 0-1, cpu; node2: ranks 2-3, local ranks 0-1, cpu");
+  EXPECT_EQ(
+      train::describe_placement({{"node1", 0, "cpu"}, {"node1", 1, "cpu"}, {"node2", 0, "cpu"}, {"node2", 1, "cpu"}}),
+      "4 ranks on 2 hosts; node1: ranks 0-1, local ranks 0-1, cpu; node2: ranks 2-3, local ranks 0-1, cpu");
 }
 
 TEST(Placement, GpusByBusIdPerRank) {
   const std::string a = "0000:18:00.0", b = "0000:28:00.0";
   EXPECT_EQ(train::describe_placement({{"n1", 0, a}, {"n1", 1, b}, {"n2", 0, a}, {"n2", 1, b}}),
-            "4 ranks on 2 hosts; n1: ranks 0-1, local ranks 0-1, GPUs " + a + "," + b + "; n2: ranks 2-3, local ranks 0-1, GPUs " +
-                a + "," + b);
+            "4 ranks on 2 hosts; n1: ranks 0-1, local ranks 0-1, GPUs " + a + "," + b +
+                "; n2: ranks 2-3, local ranks 0-1, GPUs " + a + "," + b);
   EXPECT_EQ(train::describe_placement({{"vm", 0, a}}), "1 rank on 1 host; vm: rank 0, local rank 0, GPU " + a);
 }
 
