@@ -32,10 +32,10 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   CHECK_MPI(MPI_Initialized(&init));
   if (!init) {
     // Every collective is non-blocking (the collective deadline polls it), and Open MPI's
-    // non-blocking allreduce (coll/libnbc) picks a binomial reduce + broadcast below 4 ranks: twice
-    // the bytes of a ring, measured 2.0-2.1x the blocking MPI_Allreduce on 2 ranks, 1.0 with a ring
-    // (bench/results/multinode_2026-12-02.md). A ring, unless the user chose (overwrite = 0). With
-    // 2 ranks the sums are bitwise the same either way (a + b == b + a).
+    // non-blocking allreduce (coll/libnbc) picks a binomial reduce + broadcast for an in-place call
+    // (ours) or below 4 ranks: every sum through one root, measured 2.0-2.1x the blocking
+    // MPI_Allreduce on 2 ranks, 1.0 with a ring (bench/results/multinode_2026-12-02.md). A ring,
+    // unless the user chose (overwrite = 0). With 2 ranks the sums are bitwise the same either way.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
 #ifdef SFTDP_CUDA_SIM
