@@ -139,7 +139,10 @@ SlurmdPort=$slurmd_port
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$DIR/munge/munge.socket
+# cred_expire: a requeued job waits this long (+1 s) before it may start again (default 120 s);
+# starting it sooner (scontrol update StartTime=now) races the revoked credential of its previous
+# run ("Job credential revoked", seen here) and the job fails.
+AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=10
 MpiDefault=pmix
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

@@ -3,8 +3,6 @@
 // and as a singleton with no launcher. Opens the collectives' arrival channel (comm/collective.h).
 #include <mpi.h>
 
-#include <cstdlib>
-
 #include "comm/collective.h"
 #include "sftdp/check_mpi.h"
 #include "sftdp/comm.h"
@@ -31,12 +29,6 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   int init = 0;
   CHECK_MPI(MPI_Initialized(&init));
   if (!init) {
-    // Every collective is non-blocking (the collective deadline polls it), and Open MPI's
-    // non-blocking allreduce (coll/libnbc) picks a binomial reduce + broadcast for an in-place call
-    // (ours) or below 4 ranks: every sum through one root, measured 2.0-2.1x the blocking
-    // MPI_Allreduce on 2 ranks, 1.0 with a ring (bench/results/multinode_2026-12-02.md). A ring,
-    // unless the user chose (overwrite = 0). With 2 ranks the sums are bitwise the same either way.
-    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
 #ifdef SFTDP_CUDA_SIM
     // The CUDA simulator's NCCL runs its collectives over MPI on stream worker threads.

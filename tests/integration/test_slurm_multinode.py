@@ -8,7 +8,8 @@ batch scripts:
 2. The hosts share no memory transport: with Open MPI's TCP taken away the job cannot start.
 3. A train file that only node1 can see: every rank exits 2, one message names node2, nothing written.
 4. USR1 to the batch shell of a 2-node job (what --signal=B:USR1@120 delivers): checkpoint, clean
-   exit, requeue, resume, same trajectory as uninterrupted.
+   exit, requeue, resume, same trajectory as uninterrupted; and the real pre-timeout signal
+   (--time=1 --signal=B:USR1@58) on 2 nodes: checkpoint, clean exit, requeue, resume.
 5. A cut link (node2's veth down mid-run): the job ends within collective_timeout_s + 30 s, rank 0
    names node2; the link healed, a resubmission resumes from the newest checkpoint, same trajectory.
 6. A lost node (every process of node2 killed, slurmd included): the job ends, node2 is DOWN, and
@@ -24,7 +25,7 @@ import pytest
 
 from harness import SFT_TRAIN, SOURCE, read_params, run_train
 from slurm_helpers import (assert_completed, assert_same_metrics, job_config, job_log, metrics_steps, pid_alive,
-                           running_cluster, wait_metrics)
+                           running_cluster)
 
 CPU_SBATCH = os.path.join(SOURCE, "slurm", "cpu.sbatch")
 JOB_ENV = {"SFTDP_TRAIN": SFT_TRAIN}
@@ -57,11 +58,38 @@ class Env:
     def run_dir(self, run_name):
         return f"{self.d}/out/{run_name}"
 
+    def wait_steps(self, job_id, run_name, steps, timeout=120):
+        """Until the running job has recorded `steps` steps; fails at once, with its log, if the job
+        is no longer running (or never gets there)."""
+        deadline = time.monotonic() + timeout
+        while (done := metrics_steps(self.run_dir(run_name))) < steps:
+            fields = self.cluster.job(job_id)
+            if fields.get("JobState") not in ("PENDING", "RUNNING") or time.monotonic() > deadline:
+                log = job_log(fields) if os.path.exists(fields.get("StdOut", "")) else "(no log yet)"
+                raise AssertionError(f"job {job_id} ({run_name}): {fields.get('JobState')} "
+                                     f"{fields.get('Reason')}, {done} of {steps} steps\n{log[-3000:]}")
+            time.sleep(0.05)
+        return done
+
 
 @pytest.fixture(scope="module")
 def env(note):
     with running_cluster(note, "multi-node Slurm tests", nodes=2) as (d, cluster):
         yield Env(d, cluster)
+
+
+@pytest.fixture(autouse=True)
+def no_job_left(env):
+    """After each test (passed or not), no job of it still runs into the next one."""
+    yield
+    if env.cluster.stopped:
+        return
+    jobs = env.cluster.cmd("squeue", "-h", "-o", "%i").split()
+    if jobs:
+        env.cluster.cmd("scancel", *jobs)
+        deadline = time.monotonic() + 60
+        while env.cluster.cmd("squeue", "-h", "-o", "%i").split() and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -128,14 +156,13 @@ def test_usr1_to_batch_shell_of_two_nodes(env, slow_reference, note):
     """4. The pre-timeout signal on 2 nodes: checkpoint, clean exit, requeue, resume, same trajectory."""
     cluster = env.cluster
     job_id = env.submit("usr1", TWO_NODES, SLOW_ARGS)
-    at = wait_metrics(env.run_dir("usr1"), 20, timeout=120)
+    at = env.wait_steps(job_id, "usr1", 20)
     t0 = time.monotonic()
     cluster.cmd("scancel", "--signal=USR1", "--batch", job_id)
     stop_s, _, fields = wait_for_end(cluster, job_id, 120)
     note(f"job {job_id}: USR1 to the batch shell after step {at}: its run ended in {stop_s:.1f} s")
     assert fields.get("Restarts") == "1", f"the job requeued itself (Restarts={fields.get('Restarts')})"
-    if fields.get("JobState") == "PENDING":  # Slurm holds a requeued job back ~2 min (BeginTime); skip that
-        cluster.cmd("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    # Slurm holds a requeued job back for cred_expire + 1 s (BeginTime; the test cluster: 11 s).
     fields = cluster.wait_job(job_id, timeout=180)
     assert_completed(fields, "the requeued 2-node job")
     log = job_log(fields)
@@ -145,12 +172,38 @@ def test_usr1_to_batch_shell_of_two_nodes(env, slow_reference, note):
     note(f"job {job_id}: requeued and completed {time.monotonic() - t0:.1f} s after the signal")
 
 
+def test_time_limit_signal_on_two_nodes(env, note):
+    """4b. The real thing: --time=1 --signal=B:USR1@58. slurmctld checks time limits every 30 s, so
+    USR1 reaches the batch shell 2-32 s after the start; the job checkpoints, exits cleanly and
+    requeues; started again (with a longer limit) it resumes from that checkpoint on both nodes."""
+    cluster = env.cluster
+    args = [*SLOW_ARGS, "steps=100000", "checkpoint_period=0"]  # still running when the signal comes
+    job_id = env.submit("time_limit", [*TWO_NODES, "--time=1", "--signal=B:USR1@58"], args)
+    t0 = time.monotonic()
+    cluster.wait_job(job_id, timeout=60, until=lambda f: f.get("JobState") != "PENDING")
+    _, _, fields = wait_for_end(cluster, job_id, 90)
+    log = job_log(fields)
+    note(f"job {job_id}: the time-limit USR1 ended its run {time.monotonic() - t0:.1f} s after submission")
+    assert fields.get("Restarts") == "1", f"requeued (Restarts={fields.get('Restarts')})\n{log[-3000:]}"
+    assert "sftdp: SIGUSR1 received" in log and "requeueing job" in log, log[-3000:]  # after a clean exit
+    stops = [line for line in log.splitlines() if line.startswith("stop signal received: checkpoint at step")]
+    assert len(stops) == 1, log[-3000:]
+    step = int(stops[0].split("checkpoint at step ")[1].split()[0])
+    cluster.cmd("scontrol", "update", f"JobId={job_id}", "TimeLimit=10")  # no second signal
+    cluster.wait_job(job_id, timeout=60, until=lambda f: "resuming from" in job_log(f))
+    assert f"resuming from {env.run_dir('time_limit')}/checkpoints/step_{step}.h5" in job_log(cluster.job(job_id))
+    env.wait_steps(job_id, "time_limit", step + 5, timeout=60)  # and trains on, on both nodes
+    assert "on node[1-2]" in job_log(cluster.job(job_id)).split("restart 1")[1]
+    cluster.cmd("scancel", job_id)
+    cluster.wait_job(job_id, timeout=60)
+
+
 def test_cut_link_ends_the_job_and_it_resumes(env, slow_reference, note):
     """5. node2's link down mid-run: the job ends within collective_timeout_s + 30 s, rank 0 names
     node2; the link healed and node2 back, the resubmitted job resumes from the newest checkpoint."""
     cluster = env.cluster
     job_id = env.submit("cut", TWO_NODES, SLOW_ARGS)
-    at = wait_metrics(env.run_dir("cut"), 25, timeout=120)
+    at = env.wait_steps(job_id, "cut", 25)
     cluster.fault("cut", "node2")
     end_s, released_s, fields = wait_for_end(cluster, job_id, TIMEOUT_S + 60)
     note(f"job {job_id}: node2's link cut after step {at}: the run ended in {end_s:.1f} s "
@@ -185,7 +238,7 @@ def test_lost_node_then_one_node_resumes(env, slow_reference, note):
     size 2), the run resumes from the newest checkpoint on the same trajectory (1e-5 relative)."""
     cluster = env.cluster
     job_id = env.submit("lost", TWO_NODES, SLOW_ARGS)
-    at = wait_metrics(env.run_dir("lost"), 25, timeout=120)
+    at = env.wait_steps(job_id, "lost", 25)
     cluster.fault("kill", "node2")
     end_s, released_s, fields = wait_for_end(cluster, job_id, TIMEOUT_S + 60)
     log = job_log(fields)
