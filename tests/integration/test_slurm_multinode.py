@@ -80,7 +80,8 @@ def env(note):
 
 @pytest.fixture(autouse=True)
 def no_job_left(env):
-    """After each test (passed or not), no job of it still runs into the next one."""
+    """After each test (passed or not), no job of it still runs into the next one, and both nodes
+    are up (a fault test that failed half-way may have left node2 cut or down)."""
     yield
     if env.cluster.stopped:
         return
@@ -90,6 +91,9 @@ def no_job_left(env):
         deadline = time.monotonic() + 60
         while env.cluster.cmd("squeue", "-h", "-o", "%i").split() and time.monotonic() < deadline:
             time.sleep(0.5)
+    if env.cluster.node_state("node2") not in ("idle", "mixed", "allocated"):
+        env.cluster.fault("heal", "node2")
+        env.cluster.fault("revive", "node2")
 
 
 @pytest.fixture(scope="module")
@@ -211,9 +215,10 @@ def test_cut_link_ends_the_job_and_it_resumes(env, slow_reference, note):
     log = job_log(fields)
     assert end_s <= TIMEOUT_S + 30, f"ended after {end_s:.1f} s\n{log[-3000:]}"
     assert last_status(log) not in (None, 0), f"the run ended non-zero\n{log[-3000:]}"
+    # "ranks 2-3 (node2) reached ... but have given no sign of life", or rank 2 and rank 3 apart
+    # (one had not yet entered the collective); either way the host is named as a whole.
     rank0 = [line for line in log.splitlines() if line.startswith("[rank 0@node1] error:")]
-    assert rank0 and "ranks 2-3 (node2)" in rank0[0] and "no rank on host node2 answers" in rank0[0], \
-        f"rank 0 names node2\n{log[-3000:]}"
+    assert rank0 and "no rank on host node2 answers" in rank0[0], f"rank 0 names node2\n{log[-3000:]}"
     ckpts = sorted(int(f[5:-3]) for f in os.listdir(f"{env.run_dir('cut')}/checkpoints"))
     newest = ckpts[-1]
     assert 10 <= newest <= at + 10, f"checkpoints {ckpts}, cut after step {at}"
