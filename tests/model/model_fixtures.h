@@ -3,7 +3,9 @@
 // the MPI data-parallel tests.
 #pragma once
 #include <cstdint>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/test_util.h"
@@ -25,6 +27,15 @@ inline config::ModelDims tiny_llama_dims() {
   d.block = config::Block::kLlama, d.KVH = 2, d.HS = 4;
   return d;
 }
+
+// A named model configuration for the tests parameterised over model families; the name is the
+// test's (family_name) and what gtest prints for the parameter.
+struct Family {
+  const char* name;
+  config::ModelDims dims;
+};
+inline void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
+inline std::string family_name(const ::testing::TestParamInfo<Family>& info) { return info.param.name; }
 
 // rows x T: random tokens; loss weights on a random-length suffix of each row, row r % 5 == 3
 // fully masked; weights are 0/1 except a few 0.5 to exercise weighted sums. With segments,

@@ -21,11 +21,6 @@ namespace {
 
 constexpr int kT = 12;
 
-struct Family {
-  const char* name;
-  config::ModelDims dims;
-};
-
 std::vector<Family> families() {
   config::ModelDims llama = tiny_llama_dims();
   llama.tied = false, llama.qkv_bias = true;
@@ -117,8 +112,7 @@ TEST_P(CudaLora, BaseStaysBitwiseOverStepsAndBf16StaysClose) {
   EXPECT_FALSE(model::make_model(d, *bf16_ops, 3, kT, false, true, spec_of(d, 0.3))->bf16_activations());
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CudaLora, ::testing::ValuesIn(families()),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, CudaLora, ::testing::ValuesIn(families()), family_name);
 
 }  // namespace
 }  // namespace sftdp::test

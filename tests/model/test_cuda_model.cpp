@@ -25,11 +25,6 @@ namespace {
 
 constexpr int kT = 12;  // tiny_dims().maxT: every position embedding is used
 
-struct Family {
-  const char* name;
-  config::ModelDims dims;
-};
-
 std::vector<Family> families() {
   config::ModelDims llama;
   llama.L = 2, llama.NH = 4, llama.C = 16, llama.F = 24, llama.V = 37, llama.maxT = 64;
@@ -242,8 +237,7 @@ TEST_P(CudaModel, Bf16ActivationsAreBitwiseTheBf16GemmPath) {
   EXPECT_FALSE(model::make_model(d, *cuda_bf16, 4, kT, /*remat=*/true, /*bf16=*/true)->bf16_activations());
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CudaModel, ::testing::ValuesIn(families()),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, CudaModel, ::testing::ValuesIn(families()), family_name);
 
 }  // namespace
 }  // namespace sftdp::test

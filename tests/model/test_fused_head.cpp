@@ -30,11 +30,6 @@ namespace {
 constexpr int kB = 3, kT = 12;
 constexpr double kRel = 1e-6;
 
-struct Family {
-  const char* name;
-  config::ModelDims dims;
-};
-
 std::vector<Family> families() {
   std::vector<Family> f;
   f.push_back({"gpt2", tiny_dims()});

@@ -24,11 +24,6 @@ namespace {
 
 constexpr int kT = 12;
 
-struct Family {
-  const char* name;
-  config::ModelDims dims;
-};
-
 std::vector<Family> families() {
   config::ModelDims llama = tiny_llama_dims();
   llama.tied = false;
@@ -38,8 +33,6 @@ std::vector<Family> families() {
   qwen3.tied = true, qwen3.qk_norm = true, qwen3.HS = 6, qwen3.KVH = 1;
   return {{"gpt2", tiny_dims()}, {"llama_gqa_untied", llama}, {"qwen2_qkv_bias", qwen2}, {"qwen3_qk_norm_mqa", qwen3}};
 }
-void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
-
 class Lora : public ::testing::TestWithParam<Family> {};
 
 model::LoraSpec spec_of(const config::ModelDims& d, std::vector<std::string> targets, int rank = 4, double alpha = 8,
@@ -271,8 +264,7 @@ TEST_P(Lora, DropoutMasksFollowRowsAndStepsAndVanishInEvaluation) {
   EXPECT_LE(max_rel_diff(run(0.5, 0, 2, {second, first}).first, drop), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Lora, ::testing::ValuesIn(families()),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, Lora, ::testing::ValuesIn(families()), family_name);
 
 }  // namespace
 }  // namespace sftdp::test

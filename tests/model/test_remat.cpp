@@ -24,11 +24,6 @@ namespace {
 
 constexpr int kT = 12;
 
-struct Family {
-  const char* name;
-  config::ModelDims dims;
-};
-
 std::vector<Family> families() {
   config::ModelDims gpt2 = tiny_dims();  // maxT 12 = kT: every position embedding is used
   gpt2.L = 3;
@@ -41,8 +36,6 @@ std::vector<Family> families() {
   qwen3.tied = true, qwen3.qk_norm = true, qwen3.HS = 6, qwen3.KVH = 1;  // head size != C / NH
   return {{"gpt2", gpt2}, {"llama_gqa_untied", llama}, {"qwen2_qkv_bias", qwen2}, {"qwen3_qk_norm_mqa", qwen3}};
 }
-
-void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
 
 class Remat : public ::testing::TestWithParam<Family> {};
 
@@ -200,8 +193,7 @@ TEST_P(Remat, ActivationBytesShrinkByAllButOneBlocksSharedBuffers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Remat, ::testing::ValuesIn(families()),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, Remat, ::testing::ValuesIn(families()), family_name);
 
 }  // namespace
 }  // namespace sftdp::test
