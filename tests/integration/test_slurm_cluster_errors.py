@@ -14,10 +14,24 @@ CLUSTER_SCRIPT = os.path.join(SOURCE, "scripts", "slurm_cluster.sh")
 CANNOT_INSTALL = 3
 
 
-def run_cluster(action, state_dir, timeout):
+def run_cluster(action, state_dir, timeout, *args):
     env = dict(os.environ, SFTDP_SLURM_DIR=state_dir)
-    return subprocess.run(["bash", CLUSTER_SCRIPT, action], capture_output=True, text=True, env=env,
+    return subprocess.run(["bash", CLUSTER_SCRIPT, action, *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["start", "--nodes", "x"], "error: --nodes: expected 1 to 99 hosts, got 'x'"),
+    (["start", "--nodes", "0"], "error: --nodes: expected 1 to 99 hosts, got '0'"),
+    (["cut", "node2"], "error: 'cut' needs a multi-node cluster (start --nodes N, N >= 2)"),
+    (["start", "--hosts", "2"], "usage:")])
+def test_bad_arguments_exit_2_before_anything_starts(tmp_path, args, message):
+    """A bad --nodes, a fault on a cluster without hosts, an unknown option: exit 2, one line, no state."""
+    state_dir = str(tmp_path / "cluster")
+    p = run_cluster(args[0], state_dir, 60, *args[1:])
+    assert p.returncode == 2, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    assert message in p.stderr, p.stderr
+    assert not os.path.exists(state_dir), "nothing written"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="slurm_cluster.sh runs as root")
