@@ -27,11 +27,7 @@ std::vector<std::string> local_devices() {
   if (!cuda_device_available()) return ids;
   int count = 0;
   CHECK_CUDA(cudaGetDeviceCount(&count));
-  for (int i = 0; i < count; ++i) {
-    char id[64] = {};
-    CHECK_CUDA(cudaDeviceGetPCIBusId(id, sizeof id, i));
-    ids.emplace_back(id);
-  }
+  for (int i = 0; i < count; ++i) ids.push_back(device_bus_id(i));
 #endif
   return ids;
 }
