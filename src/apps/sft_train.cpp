@@ -1,5 +1,6 @@
 // sft_train CONFIG.yml [key=value ...] — train (SPEC §2). Exit 0 success, 2 bad usage/config/
 // data (one `error:` line), 1 anything else. Launch plainly, with mpirun -np N, or srun.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -27,6 +28,11 @@ int main(int argc, char** argv) {
   // Slurm's pre-timeout USR1 or a TERM that arrives while data and model load is honoured at the
   // first step boundary instead of killing the process.
   sftdp::train::install_stop_handlers();
+  // A write to a closed pipe or socket fails with EPIPE instead of killing the rank. When all ranks
+  // end with exit 2 together, srun --kill-on-bad-exit ends the step on the first exit; a rank
+  // still tearing down (Open MPI's TCP links to the ranks already gone, its output) died of
+  // SIGPIPE there once, and the job's status read 141 instead of 2.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     const auto cfg = sftdp::config::from_args(argc, argv);
     return sftdp::train::run(cfg, mpi);

@@ -5,13 +5,14 @@ The cases run in the order listed and share one directory, as one run of sft_tra
 import hashlib
 import os
 import shutil
+import subprocess
 import time
 
 import h5py
 import numpy as np
 import pytest
 
-from harness import TINY_MODEL, make_data, run_train, write_config, write_init_params
+from harness import MPI_ENV, SFT_TRAIN, TINY_MODEL, make_data, run_train, write_config, write_init_params
 
 
 def _copy_and_edit(d, name, edit):
@@ -180,3 +181,20 @@ def test_resume_false_over_earlier_checkpoints(env):
     expect_user_error(env, ["{cfg}", "base_output_directory={d}/old", "resume=false"], "resume",
                       out_dir="{d}/old/e/nothing-new")
     assert sorted(os.listdir(f"{d}/old/e/checkpoints")) == before, "the earlier run's checkpoints are untouched"
+
+
+def test_a_closed_output_pipe_does_not_end_the_run(env):
+    # `sft_train ... | head -1`, or a log reader that went away: writes to the closed pipe fail
+    # (EPIPE) and the run goes on to its end and its own exit status, 0 here, instead of dying of
+    # SIGPIPE at its first log line (status 141; a Slurm job's exit code would read 141). One rank
+    # started plainly: under mpirun the ranks write to mpirun, and mpirun to the pipe.
+    d = env["d"]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        p = subprocess.run([SFT_TRAIN, env["cfg"], f"base_output_directory={d}/closed"], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, timeout=120, env=dict(os.environ, **MPI_ENV))
+    finally:
+        os.close(write_end)
+    assert p.returncode == 0, f"exit status {p.returncode}, want 0\n{p.stderr[-3000:]}"
+    assert "step_2.h5" in os.listdir(f"{d}/closed/e/checkpoints"), "the run reached its end"
