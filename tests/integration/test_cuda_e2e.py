@@ -183,9 +183,11 @@ def test_a_stopped_rank_ends_a_two_gpu_job(tmp_path, note):
     # "GPU-CHECK" until now): rank 1 stopped, rank 0 names it and the job ends within the bound.
     from test_rank_stopped_mpi import BOUND_S, TIMEOUT_S, stop_one_rank
     # The smallest model: a simulated step (~0.8 s under ASan) must stay well below the 3 s deadline
-    # even on a loaded machine, or a slow rank would look stopped.
+    # even on a loaded machine, or a slow rank would look stopped. The stop lands a third of a step
+    # after step 3's metrics: rank 1 is then in step 4's forward/backward, not still at step 3's
+    # closing host allreduce (which a stop at once once hit: rank 0 waited there, not in NCCL).
     code, elapsed, out, step = stop_one_rank(str(tmp_path), 1, hardware="gpu", env_extra=GPUS,
-                                             model=dict(emb_dim=32, mlp_dim=64, num_heads=2))
+                                             model=dict(emb_dim=32, mlp_dim=64, num_heads=2), into_step=0.33)
     note(f"cuda e2e: rank 1 stopped after step {step} of a 2-GPU job: exit {code} {elapsed:.1f} s later")
     assert "hardware: gpu" in out, out[-2000:]
     assert code not in (None, 0), f"mpirun exits non-zero (got {code})"

@@ -3,6 +3,7 @@ collective_timeout_s=3; once metrics show training steps, `kill -STOP` one rank.
 reaches the next collective, waits 3 s (rank 1 waits one grace second more), names the stopped
 rank and ends the job: mpirun exits non-zero within the bound and no process is left behind.
 Stopping rank 0 checks that rank 1, the second watcher, speaks when rank 0 cannot."""
+import json
 import os
 import signal
 import subprocess
@@ -17,11 +18,21 @@ TIMEOUT_S = 3
 BOUND_S = 20
 
 
-def stop_one_rank(d, victim, hardware="cpu", env_extra=None, model=None):
+def last_step_seconds(run_dir):
+    """step_time_s of the newest training step in run_dir/metrics.jsonl."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        steps = [json.loads(line) for line in f if '"step_time_s"' in line and line.endswith("\n")]
+    return steps[-1]["step_time_s"]
+
+
+def stop_one_rank(d, victim, hardware="cpu", env_extra=None, model=None, into_step=0.0):
     """Runs the job, SIGSTOPs rank `victim` after step 3; returns (exit status, seconds from the
     stop to mpirun's exit, mpirun's output, step at the stop). tests/integration/test_cuda_e2e.py
     runs it with hardware=gpu on simulated GPUs (the NCCL communicator's deadline) and a smaller
-    `model` (keys over the default one), whose simulated steps stay well under the deadline."""
+    `model` (keys over the default one), whose simulated steps stay well under the deadline.
+    into_step: the stop comes that fraction of a step time after the step's metrics appear, so
+    the victim is inside the next step's forward/backward and the others wait in its gradient
+    allreduce (0: at once, when the victim may still be in the step-boundary host allreduce)."""
     if not os.path.exists(f"{d}/train.h5"):
         make_data(f"{d}/train.h5", 256, seed=1)
     # ~25-40 ms a step on 2 ranks: 2000 steps cannot finish before the stop.
@@ -37,6 +48,8 @@ def stop_one_rank(d, victim, hardware="cpu", env_extra=None, model=None):
     ranks = {}
     try:
         step = wait_metrics(run, 3, timeout=60)
+        if into_step:
+            time.sleep(into_step * last_step_seconds(run))
         ranks = {world_rank(p): p for p in children(mpirun.pid)}
         assert set(ranks) == {0, 1}, f"mpirun's children are ranks 0 and 1: {ranks}"
         t0 = time.monotonic()
