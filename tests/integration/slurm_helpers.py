@@ -176,12 +176,13 @@ def running_cluster(note, what, **cluster_options):
             shutil.rmtree(d, ignore_errors=True)
 
 
-def metrics_steps(run_dir):
-    """Completed training steps recorded so far in run_dir/metrics.jsonl (0 if none yet)."""
+def train_records(run_dir):
+    """The training-step records in run_dir/metrics.jsonl so far ([] if none yet), skipping a line
+    still being written."""
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(path):
-        return 0
-    steps = 0
+        return []
+    records = []
     with open(path) as f:
         for line in f:
             try:
@@ -189,8 +190,13 @@ def metrics_steps(run_dir):
             except json.JSONDecodeError:  # a line being written
                 continue
             if "eval_loss" not in j:
-                steps = max(steps, j["step"])
-    return steps
+                records.append(j)
+    return records
+
+
+def metrics_steps(run_dir):
+    """Completed training steps recorded so far in run_dir/metrics.jsonl (0 if none yet)."""
+    return max((j["step"] for j in train_records(run_dir)), default=0)
 
 
 def wait_metrics(run_dir, min_steps, timeout=60):

@@ -3,26 +3,18 @@ collective_timeout_s=3; once metrics show training steps, `kill -STOP` one rank.
 reaches the next collective, waits 3 s (rank 1 waits one grace second more), names the stopped
 rank and ends the job: mpirun exits non-zero within the bound and no process is left behind.
 Stopping rank 0 checks that rank 1, the second watcher, speaks when rank 0 cannot."""
-import json
 import os
 import signal
 import subprocess
 import time
 
 from harness import MPI_ENV, SFT_TRAIN, TINY_MODEL, children, make_data, world_rank, write_config
-from slurm_helpers import pid_alive, wait_metrics
+from slurm_helpers import pid_alive, train_records, wait_metrics
 
 TIMEOUT_S = 3
 # The deadline (3 s, + 1 s grace on rank 1), mpirun's teardown (~2 s: SIGTERM, then SIGKILL 1 s
 # later) and slack for a busy 2-core machine. Without the deadline the job never ends.
 BOUND_S = 20
-
-
-def last_step_seconds(run_dir):
-    """step_time_s of the newest training step in run_dir/metrics.jsonl."""
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        steps = [json.loads(line) for line in f if '"step_time_s"' in line and line.endswith("\n")]
-    return steps[-1]["step_time_s"]
 
 
 def stop_one_rank(d, victim, hardware="cpu", env_extra=None, model=None, into_step=0.0):
@@ -49,7 +41,7 @@ def stop_one_rank(d, victim, hardware="cpu", env_extra=None, model=None, into_st
     try:
         step = wait_metrics(run, 3, timeout=60)
         if into_step:
-            time.sleep(into_step * last_step_seconds(run))
+            time.sleep(into_step * train_records(run)[-1]["step_time_s"])
         ranks = {world_rank(p): p for p in children(mpirun.pid)}
         assert set(ranks) == {0, 1}, f"mpirun's children are ranks 0 and 1: {ranks}"
         t0 = time.monotonic()
