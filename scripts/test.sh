@@ -6,7 +6,9 @@
 # That sanitized build is also the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim): its suite
 # runs every GPU test on simulated GPUs, none skipped; the first (nvcc) build compiles the CUDA
 # sources for real and its GPU tests skip without a device. Extra arguments go to both ctest runs
-# (e.g. -L gpu). Fresh clone on a 2-core machine with the packages installed (2026-12-01): 860 s
+# (e.g. -L gpu). Fresh clone on a 2-core machine (2026-12-02, with the multi-node Slurm tests):
+# about 26 min in all, install and both builds included: normal suite 474 s, sanitized suite 800 s.
+# On 2026-12-01, with the packages installed: 860 s
 # in all (the same run before the simulator: 683 s): normal suite 158 s, sanitized suite 328 s
 # (157 s of it the GPU tests), fuzzing 85 s; the simulator adds <= 53 s to the sanitized build.
 # Earlier, on a shared 2-core machine (load 2-10): sanitized build 230 CPU-s (was 333 with gcc,
