@@ -15,12 +15,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <tuple>
 
 #include "cudasim/runtime.h"
 #include "cudasim/sanitizer.h"
+#include "cudasim/tensor_core.h"
 
 // Bounds of the section every __shared__ variable lives in (device.h); weak: null when no kernel
 // declares one.
@@ -58,6 +60,14 @@ struct SimThread {
   int arg = 0, width = kWarp;
   uint64_t result = 0;
   void* fake_stack = nullptr;  // ASan's, while switched away
+  // cp.async (tensor_core.h): copies issued since the last commit, and the committed groups not yet
+  // waited for, oldest first. A copy's 16 bytes were read at issue; they land at its group's wait.
+  struct PendingCopy {
+    void* dst;
+    unsigned char bytes[16];
+  };
+  std::vector<PendingCopy> open_copies;
+  std::vector<std::vector<PendingCopy>> copy_groups;
 };
 
 // Fiber stacks, each with a PROT_NONE page below it (an overflow faults), kept for the process.
@@ -102,6 +112,8 @@ struct BlockRun {
   void* scheduler_fake_stack = nullptr;
   std::string error;     // the first failed check of the block
   uint64_t resumes = 0;  // fiber switches into simulated threads (SFTDP_SIM_PROFILE)
+  unsigned char* dynamic_shared = nullptr;  // the launch's dynamic_smem bytes, refilled per block
+  size_t dynamic_shared_bytes = 0;
 };
 
 // SFTDP_SIM_PROFILE=1: per kernel, launches, blocks, thread resumes and seconds (every schedule
@@ -163,6 +175,14 @@ void thread_main(fc::transfer_t from) {
   run->scheduler = from.fctx;
   asan::finish_switch(nullptr, &run->scheduler_stack, &run->scheduler_stack_size);
   run->launch->thread_body();
+  const SimThread& self = *run->current;
+  if (!self.open_copies.empty() || !self.copy_groups.empty()) {
+    size_t pending = self.open_copies.size();
+    for (const auto& g : self.copy_groups) pending += g.size();
+    if (run->error.empty())
+      run->error = "thread " + xyz(self.idx) + " exited with " + std::to_string(pending) +
+                   " cp.async copies never waited for (no cp.async.wait_group/wait_all completed them)";
+  }
   run->current->state = State::kExited;
   switch_to_scheduler(run, /*exiting=*/true);  // never returns
 }
@@ -194,6 +214,45 @@ std::string sync_point(const SimThread& th) {
   return s + ")";
 }
 
+// mma.sync / ldmatrix.sync (tensor_core.h): .aligned, so all 32 lanes of a full warp, mask
+// 0xffffffff, none exited ("undefined if any thread in the warp has exited"). Once all have arrived,
+// the instruction runs on their operands (each lane's `value` points at them) and releases them.
+bool resolve_matrix_op(BlockRun& run, size_t w, const SimThread& first) {
+  const size_t base = w * kWarp, lanes = std::min<size_t>(kWarp, run.threads.size() - base);
+  const std::string what = sync_point(first);
+  if (first.mask != 0xffffffffu || lanes != kWarp) {
+    run.error = what + ": a warp-collective matrix instruction needs all 32 lanes of a full warp (mask 0xffffffff)";
+    return false;
+  }
+  for (size_t l = 0; l < lanes; ++l) {
+    const SimThread& th = run.threads[base + l];
+    if (th.state == State::kExited) {
+      run.error = what + ": lane " + std::to_string(l) + " (thread " + xyz(th.idx) +
+                  ") has exited: every lane of the warp must execute it";
+      return false;
+    }
+    if (th.state != State::kAtWarp) return false;  // yet to arrive
+  }
+  if (first.op == WarpOp::kMma) {
+    const MmaLane* ops[kWarp];
+    for (size_t l = 0; l < kWarp; ++l) ops[l] = reinterpret_cast<const MmaLane*>(run.threads[base + l].value);
+    mma_bf16_warp(ops);
+  } else {
+    const LdmatrixLane* ops[kWarp];
+    for (size_t l = 0; l < kWarp; ++l) ops[l] = reinterpret_cast<const LdmatrixLane*>(run.threads[base + l].value);
+    const std::string error = ldmatrix_warp(first.arg & 0xff, (first.arg >> 8) != 0, ops, in_shared_memory);
+    if (!error.empty()) {
+      run.error = what + ": " + error;
+      return false;
+    }
+  }
+  for (size_t l = 0; l < kWarp; ++l) {
+    run.threads[base + l].result = 0;
+    run.threads[base + l].state = State::kRunnable;
+  }
+  return true;
+}
+
 // Completes warp w's pending operation if every lane of its mask that has not exited is there.
 // Returns whether lanes were released; sets run.error on a mismatch.
 bool resolve_warp(BlockRun& run, size_t w) {
@@ -205,13 +264,14 @@ bool resolve_warp(BlockRun& run, size_t w) {
     if (!first) {
       first = &th;
     } else if (th.op != first->op || th.mask != first->mask || th.file != first->file || th.line != first->line ||
-               th.width != first->width) {
+               th.width != first->width || (th.op >= WarpOp::kMma && th.arg != first->arg)) {
       run.error = "lanes of warp " + std::to_string(w) + " meet at different warp operations: thread " +
                   xyz(first->idx) + " at " + sync_point(*first) + ", thread " + xyz(th.idx) + " at " + sync_point(th);
       return false;
     }
   }
   if (!first) return false;
+  if (first->op >= WarpOp::kMma) return resolve_matrix_op(run, w, *first);
   const unsigned mask = first->mask;
   const int width = first->width;
   if (width < 1 || width > kWarp || (width & (width - 1)) != 0) {
@@ -412,6 +472,20 @@ bool run_grid(const KernelLaunch& l, Schedule schedule, uint64_t seed, std::stri
     while (std::gcd(stride, total) != 1) stride = (stride + 1) % total;
   }
   const size_t shared_bytes = static_cast<size_t>(__stop_sftdp_sim_shared - __start_sftdp_sim_shared);
+  // Dynamic shared memory (extern __shared__): its own buffer for the launch, refilled per block.
+  struct FreeBuffer {
+    void operator()(unsigned char* p) const { std::free(p); }
+  };
+  std::unique_ptr<unsigned char, FreeBuffer> dynamic;
+  if (l.dynamic_smem) {
+    dynamic.reset(static_cast<unsigned char*>(std::aligned_alloc(256, (l.dynamic_smem + 255) / 256 * 256)));
+    if (!dynamic) {
+      report("internal", "cannot allocate " + std::to_string(l.dynamic_smem) + " bytes of dynamic shared memory");
+      std::abort();
+    }
+  }
+  run.dynamic_shared = dynamic.get();
+  run.dynamic_shared_bytes = l.dynamic_smem;
   bool ok = true;
   for (uint64_t k = 0; k < total && ok; ++k) {
     const uint64_t b = schedule == Schedule::kForward   ? k
@@ -420,6 +494,7 @@ bool run_grid(const KernelLaunch& l, Schedule schedule, uint64_t seed, std::stri
     run.block_idx =
         uint3{static_cast<unsigned>(b % gx), static_cast<unsigned>(b / gx % gy), static_cast<unsigned>(b / (gx * gy))};
     if (shared_bytes) std::memset(__start_sftdp_sim_shared, kFreshByte, shared_bytes);  // fresh per block
+    if (run.dynamic_shared) std::memset(run.dynamic_shared, kFreshByte, run.dynamic_shared_bytes);
     ok = run_block(run, schedule, rng);
     if (!ok) error = "block " + xyz(run.block_idx) + ": " + run.error;
   }
@@ -470,6 +545,10 @@ const char* warp_op_name(WarpOp op) {
       return "__all_sync";
     case WarpOp::kAny:
       return "__any_sync";
+    case WarpOp::kMma:
+      return "mma.sync.m16n8k16";
+    case WarpOp::kLdmatrix:
+      return "ldmatrix.sync";
   }
   return "?";
 }
@@ -494,6 +573,67 @@ uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int arg, int wi
   self->line = line;
   switch_to_scheduler(t_run, false);
   return self->result;
+}
+
+void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b, const float* c, const char* file, int line) {
+  const MmaLane lane{a, b, c, d};
+  (void)warp_exchange(WarpOp::kMma, 0xffffffffu, reinterpret_cast<uint64_t>(&lane), 0, kWarp, file, line);
+}
+
+void ldmatrix(int num, bool trans, uint32_t* out, const void* row, const char* file, int line) {
+  const LdmatrixLane lane{row, out};
+  (void)warp_exchange(WarpOp::kLdmatrix, 0xffffffffu, reinterpret_cast<uint64_t>(&lane), num | (trans ? 256 : 0), kWarp,
+                      file, line);
+}
+
+bool in_shared_memory(const void* p, size_t bytes) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  const auto inside = [c, bytes](const unsigned char* begin, size_t size) {
+    return begin && c >= begin && bytes <= size && static_cast<size_t>(c - begin) <= size - bytes;
+  };
+  const BlockRun* run = t_run;
+  return inside(reinterpret_cast<const unsigned char*>(__start_sftdp_sim_shared),
+                static_cast<size_t>(__stop_sftdp_sim_shared - __start_sftdp_sim_shared)) ||
+         (run && inside(run->dynamic_shared, run->dynamic_shared_bytes));
+}
+
+void* dynamic_shared() {
+  (void)calling_thread("dynamic shared memory");
+  return t_run->dynamic_shared;
+}
+
+void cp_async(void* dst, const void* src, int src_bytes, const char* file, int line) {
+  SimThread* self = calling_thread("cp.async");
+  BlockRun& run = *t_run;
+  const auto fail = [&](const std::string& why) {
+    if (run.error.empty()) run.error = "cp.async (" + site(file, line) + ") by thread " + xyz(self->idx) + ": " + why;
+  };
+  if (src_bytes < 0 || src_bytes > 16) return fail("src-size " + std::to_string(src_bytes) + " is not 0..16");
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || !in_shared_memory(dst, 16))
+    return fail("the destination is not 16 aligned bytes of shared memory");
+  if (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % 16 != 0)
+    return fail("the source is not 16-byte aligned");
+  SimThread::PendingCopy copy{dst, {}};
+  if (src_bytes > 0) std::memcpy(copy.bytes, src, static_cast<size_t>(src_bytes));  // a bad src faults here
+  self->open_copies.push_back(copy);
+}
+
+void cp_async_commit() {
+  SimThread* self = calling_thread("cp.async.commit_group");
+  self->copy_groups.push_back(std::move(self->open_copies));  // an empty group is a group too
+  self->open_copies.clear();
+}
+
+void cp_async_wait(int n, const char* /*file*/, int /*line*/) {
+  SimThread* self = calling_thread("cp.async.wait_group");
+  if (n < 0) {  // wait_all: commit, then wait for every group
+    cp_async_commit();
+    n = 0;
+  }
+  while (self->copy_groups.size() > static_cast<size_t>(n)) {
+    for (const SimThread::PendingCopy& c : self->copy_groups.front()) std::memcpy(c.dst, c.bytes, 16);
+    self->copy_groups.erase(self->copy_groups.begin());
+  }
 }
 
 void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, int device) {

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "cudasim/launch.h"
+#include "cudasim/tensor_core.h"  // mma, ldmatrix, cp.async: kernels/cuda/tensor_core.cuh
 
 // ---- built-in variables: the simulated thread's, read through a per-OS-thread pointer that the
 // block runner sets before it resumes each thread's fiber ----------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "cudasim/block_runner.h"
 #include "cudasim/runtime.h"
+#include "cudasim/tensor_core.h"
 
 namespace sftdp::sim {
 namespace {
@@ -15,7 +16,6 @@ namespace {
 constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxBlockX = 1024, kMaxBlockY = 1024, kMaxBlockZ = 64;
 constexpr unsigned kMaxGridX = 2147483647u, kMaxGridYZ = 65535;
-constexpr size_t kMaxDynamicSmem = 48 << 10;  // without cudaFuncSetAttribute's opt-in (not simulated)
 
 std::string where(const KernelLaunch& l) {
   const char* slash = std::strrchr(l.file, '/');
@@ -42,9 +42,10 @@ cudaError_t check_configuration(const KernelLaunch& l) {
     report("launch", where(l) + ": invalid configuration: " + why);
     return cudaErrorInvalidConfiguration;
   }
-  if (l.dynamic_smem > kMaxDynamicSmem) {
-    report("launch", where(l) + ": " + std::to_string(l.dynamic_smem) +
-                         " bytes of dynamic shared memory (at most 49152 without an opt-in)");
+  if (const size_t most = max_dynamic_shared(l.kernel_address); l.dynamic_smem > most) {
+    report("launch", where(l) + ": " + std::to_string(l.dynamic_smem) + " bytes of dynamic shared memory (at most " +
+                         std::to_string(most) +
+                         (most == 49152 ? " without cudaFuncSetAttribute's MaxDynamicSharedMemorySize opt-in)" : ")"));
     return cudaErrorInvalidValue;
   }
   return cudaSuccess;

@@ -26,7 +26,9 @@ struct Builtins {
 };
 extern __thread Builtins t_builtins;
 
-enum class WarpOp : int { kShflIdx, kShflXor, kShflDown, kShflUp, kSyncWarp, kBallot, kAll, kAny };
+// The shuffles first (resolve_warp relies on the order); kMma and kLdmatrix are the warp-collective
+// matrix instructions of tensor_core.h, whose `value` is a pointer to the lane's operands.
+enum class WarpOp : int { kShflIdx, kShflXor, kShflDown, kShflUp, kSyncWarp, kBallot, kAll, kAny, kMma, kLdmatrix };
 const char* warp_op_name(WarpOp op);
 
 // __syncthreads(): waits until every thread of the block has reached this call site.
@@ -49,6 +51,7 @@ struct KernelLaunch {
   int line;
   dim3 grid, block;
   size_t dynamic_smem = 0;
+  const void* kernel_address = nullptr;  // what cudaFuncSetAttribute names it by
   std::vector<ArgView> args;          // into the argument tuple that `thread_body` holds
   std::function<void()> thread_body;  // calls the kernel with its arguments: one simulated thread
   std::shared_ptr<void> keep_alive;   // the argument tuple
@@ -71,7 +74,7 @@ void launch(const LaunchSite& site, void (*kernel)(P...), dim3 grid, dim3 block,
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
   using Tuple = std::tuple<std::remove_cv_t<P>...>;
   auto params = std::make_shared<Tuple>(static_cast<std::remove_cv_t<P>>(std::forward<A>(args))...);
-  KernelLaunch l{site.kernel, site.file, site.line, grid, block, smem, {}, {}, {}};
+  KernelLaunch l{site.kernel, site.file, site.line, grid, block, smem, reinterpret_cast<const void*>(kernel), {}, {}, {}};
   std::apply(
       [&l](auto&... p) {
         (l.args.push_back(ArgView{&p, sizeof(p), std::is_pointer_v<std::remove_reference_t<decltype(p)>>}), ...);
