@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh — sft-dp's one-GPU check on a machine of the device tool, in two calls, so
 # that a failure still leaves device time to fix and retry on the warm machine:
-#   here, once:  bash scripts/gpu_packages.sh fetch     (Debian packages into .debs/, git-ignored)
+#   here, once:  bash scripts/gpu_packages.sh fetch     (Debian packages into .debs/, llm.c's source
+#                                                       into .anchors/llm.c: both git-ignored)
 #   run(command="bash scripts/gpu_check.sh build-test", carry=[".debs"], timeout_s=540)
-#   run(command="bash scripts/gpu_check.sh e2e-bench",  carry=[".debs"], timeout_s=420)
+#   run(command="bash scripts/gpu_check.sh e2e-bench",  carry=[".debs", ".anchors"], timeout_s=420)
 # build-test: unpack the packages, configure with CUDA (build-cuda/), build, ctest -L gpu.
 # e2e-bench: the same steps first (no-ops on the warm machine: build-cuda/ and build-pkgroot/ are
-# git-ignored, so they stay between calls; a fresh machine rebuilds them; carry only .debs),
-# then tiny-model runs (GPU vs CPU loss, two GPU runs bitwise, GA 1 vs 4, bf16, llama-tiny GPU vs CPU), two ranks on the
-# one GPU (auto: CPU, gpu: exit 2) and bench_gpu_step (GPT-2 124M step time, markdown report).
+# git-ignored, so they stay between calls; a fresh machine rebuilds them), then tiny-model runs (GPU
+# vs CPU loss, two GPU runs bitwise, GA 1 vs 4, bf16, llama-tiny GPU vs CPU), two ranks on the one GPU
+# (auto: CPU, gpu: exit 2), bench_gpu_step (GPT-2 124M step time, markdown report) and, last, the
+# same-run ratio against llm.c (issue 23): llmc_build compiles llm.c's train_gpt2cu from the carried
+# .anchors/llm.c into build-llmc/ (`make train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 NO_USE_MPI=1
+# GPU_COMPUTE_CAPABILITY=90`, with bench/llmc_cuda13.h pre-included for CUDA 13) in the background
+# from the start, beside the other steps (~10-30 s of one nvcc), and llmc_vs_sftdp runs llm.c
+# (`-e d12`: random GPT-2 124M) and sft_train (gpt2-124m, dtype=bfloat16) in turn, 2 rounds of 30
+# steps at B=8, T=1024 on the same random tokens (bench/llmc_compare.py writes llm.c's token files and
+# sft-dp's .h5), and writes gpu_vs_llmc_<UTC>.md: ms/step, tokens/s, MFU of both, ratio sft-dp/llm.c.
+# If those last steps find no time left (SKIP in the summary), run them alone on the warm machine:
+#   run(command="bash scripts/gpu_check.sh llmc-bench", carry=[".debs", ".anchors"], timeout_s=240)
 # Every step runs under `timeout`, inside SFTDP_GPU_CHECK_LIMIT s (default: timeout_s above - 30);
 # a failed step is logged and the others still run. Results: ONE file, $OUT/gpu_check_<mode>.tar.gz
-# (summary.txt, <step>.log, metrics, bench gpu_step_<UTC>.md: copy it into bench/results/ here); the
-# summary is printed last; exit 1 if any step failed.
+# (summary.txt, <step>.log, metrics, bench gpu_step_<UTC>.md and gpu_vs_llmc_<UTC>.md: copy them into
+# bench/results/ here); the summary is printed last; exit 1 if any step failed.
 # SFTDP_GPU_CHECK_DRY=1: each command is printed, not run (SFTDP_GPU_CHECK_DRY_FAIL / _HANG="step
 # ..." make those steps fail or hang); tests/integration/test_gpu_check_script.py runs it so.
+# llm.c comparison knobs: SFTDP_LLMC_B (8), SFTDP_LLMC_T (1024), SFTDP_LLMC_STEPS (30, the first 5
+# dropped), SFTDP_LLMC_ROUNDS (2), SFTDP_PEAK_TFLOPS (MFU peak of a GPU other than an H100/H200 SXM).
 set -uo pipefail
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 ROOT="$(dirname "$(dirname "$SELF")")"
 export ROOT BUILD="${SFTDP_GPU_BUILD_DIR:-$ROOT/build-cuda}"
-export PKG="${SFTDP_PKG_ROOT:-$ROOT/build-pkgroot}"
+export PKG="${SFTDP_PKG_ROOT:-$ROOT/build-pkgroot}" LLMC="${SFTDP_LLMC_BUILD_DIR:-$ROOT/build-llmc}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" OPENBLAS_NUM_THREADS=1 PATH="/usr/local/cuda/bin:$PATH"
 
 x() {  # every command of a step goes through here; a dry run prints it (and fails or hangs on demand)
@@ -48,7 +60,7 @@ configure() {  # a build without CUDA would pass everything: CUDA ON is part of 
     "${args[@]}" && x grep -q "sft-dp: CUDA ON" "$RES/$STEP.log"
 }
 build() {  # the apps, tests/<dir>/test_*cuda*.cpp (target <dir>_test_...) and bench_gpu_step
-  local targets=(sft_train sft_prepare bench_gpu_step) t
+  local targets=(sft_train sft_prepare bench_gpu_step bench_flops) t
   for t in "$ROOT"/tests/*/test_*cuda*.cpp; do t="${t#"$ROOT"/tests/}"; targets+=("${t%%/*}_$(basename "$t" .cpp)"); done
   x cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
 }
@@ -93,20 +105,97 @@ two_ranks_one_gpu() {  # issue 8: auto falls back to the CPU on every rank; gpu 
 }
 bench() { SFTDP_BENCH_OUT="$RES" x with_libs "$BUILD/bench/bench_gpu_step"; }
 
-# ---- the wrapper: step NAME LIMIT_S FUNCTION ARGS... ----
+# ---- issue 23: llm.c's train_gpt2cu beside sft_train, same GPU, same call ----
+nvml_library() {  # a libnvidia-ml to link llm.c against (-lnvidia-ml): the toolkit's stub, else the driver's
+  local f
+  for f in /usr/local/cuda/lib64/stubs/libnvidia-ml.so /usr/local/cuda/targets/x86_64-linux/lib/stubs/libnvidia-ml.so \
+           $(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 / {print $NF}') /usr/local/nvidia/lib64/libnvidia-ml.so.1 \
+           /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; do
+    [[ -e $f ]] && { echo "$f"; return 0; }
+  done
+  return 1
+}
+llmc_build() {  # from the carried copy (never built inside it): build-llmc/ is git-ignored and stays warm
+  local src="$ROOT/.anchors/llm.c" nvml
+  x test -f "$src/train_gpt2.cu" ||
+    { echo "no $src/train_gpt2.cu: run 'bash scripts/gpu_packages.sh fetch' here and carry .anchors"; return 1; }
+  x mkdir -p "$LLMC/lib" && x cp -R --preserve=timestamps "$src/." "$LLMC/" && x chmod -R u+w "$LLMC" || return 1
+  if nvml=$(nvml_library); then x ln -sfn "$nvml" "$LLMC/lib/libnvidia-ml.so"
+  else echo "no libnvidia-ml found: the link needs one where the linker looks"; fi
+  local env=(env -C "$LLMC" NVCC_APPEND_FLAGS="-include $ROOT/bench/llmc_cuda13.h"
+             LIBRARY_PATH="$LLMC/lib${LIBRARY_PATH:+:$LIBRARY_PATH}")
+  if command -v make >/dev/null; then
+    x "${env[@]}" make train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY=90
+  else  # an image without make: the Makefile's recipe for exactly these options
+    x "${env[@]}" nvcc --threads=0 -t=0 --use_fast_math -std=c++17 -O3 \
+      "--generate-code=arch=compute_90,code=[compute_90,sm_90]" -DENABLE_BF16 train_gpt2.cu \
+      -lcublas -lcublasLt -lnvidia-ml -o train_gpt2cu
+  fi && x test -x "$LLMC/train_gpt2cu"
+}
+llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating which goes first
+  local d="$RES/llmc" B="${SFTDP_LLMC_B:-8}" T="${SFTDP_LLMC_T:-1024}" steps="${SFTDP_LLMC_STEPS:-30}"
+  local rounds="${SFTDP_LLMC_ROUNDS:-2}" r who failed=0 args=() shown=()
+  mkdir -p "$d" && printf 'run_name: llmc\n' >"$d/sft.yml"
+  local keys=(model_name=gpt2-124m dtype=bfloat16 hardware=gpu global_batch_size="$B" max_target_length="$T"
+              steps="$steps" learning_rate=3e-4 train_files="$d/train.h5" enable_data_shuffling=false
+              checkpoint_period=0 eval_interval=0 log_period=10 base_output_directory="$d/runs")
+  local llmc=("$LLMC/train_gpt2cu" -i "$d/train.bin" -j "$d/val.bin" -e d12 -b "$B" -t "$T" -x "$steps"
+              -v 1000000 -m 1 -s 0 -n 0 -r 0 -h 0)  # no sampling, no checkpoints, val once (1 batch), no recompute
+  x python3 "$ROOT/bench/llmc_compare.py" data "$d" --rows $((B * (steps + 2))) --T "$T" &&
+    x with_libs "$BUILD/bench/bench_flops" "$d/sft.yml" "${keys[@]}" | tee "$d/flops.txt" || return 1
+  for ((r = 1; r <= rounds; r++)); do
+    for who in $( ((r % 2)) && echo "llmc sftdp" || echo "sftdp llmc"); do
+      if [[ $who == llmc ]]; then
+        x "${llmc[@]}" 2>&1 | tee "$d/llmc_$r.log" || { failed=1; echo "llm.c run $r failed"; }
+      else
+        x with_libs "$BUILD/sft_train" "$d/sft.yml" "${keys[@]}" run_name="sftdp_$r" 2>&1 | tee "$d/sftdp_$r.log" ||
+          { failed=1; echo "sft_train run $r failed"; }
+        x rm -rf "$d/runs/sftdp_$r/checkpoints"  # the run's final checkpoint (1.5 GB), not needed
+      fi
+    done
+    args+=(--llmc-log "$d/llmc_$r.log" --sftdp-metrics "$d/runs/sftdp_$r/metrics.jsonl")
+  done
+  shown=(--command "${llmc[*]}" --command "$BUILD/sft_train $d/sft.yml ${keys[*]} run_name=sftdp_<round>")
+  shown=("${shown[@]//$d/\$D}"); shown=("${shown[@]//$ROOT\//}")  # no path of the device machine in the report
+  x python3 "$ROOT/bench/llmc_compare.py" gpu-report "${args[@]}" --flops "$d/flops.txt" --B "$B" --T "$T" \
+    --skip 5 "${shown[@]}" --out "$RES/gpu_vs_llmc_$(date -u +%Y%m%dT%H%M%SZ).md" && ((failed == 0))
+}
+
+# ---- the wrapper: step NAME LIMIT_S FUNCTION ARGS... (step_bg: the same in the background) ----
 SUMMARY=() FAILED=0
+declare -A BG_PID=() BG_T0=()
+limit_for() {  # limit_for LIMIT_S: what is left of it before the deadline (15 s kept back to pack the results)
+  local left=$((DEADLINE - SECONDS - 15))
+  echo $(($1 > left ? left : $1))
+}
+record() {  # record NAME T0 RC: the summary line; prints the log's tail
+  local verdict
+  case $3 in 0) verdict="ok     " ;; 124|137) verdict="TIMEOUT" ;; *) verdict="FAIL   " ;; esac
+  (($3 == 0)) || FAILED=1
+  SUMMARY+=("$verdict $1 ($((SECONDS - $2)) s$( (($3)) && echo ", exit $3"))")
+  tail -n 3 "$RES/$1.log" >&2
+  return "$3"
+}
 step() {
-  local name="$1" limit="$2" t0=$SECONDS rc verdict; shift 2
-  local left=$((DEADLINE - SECONDS - 15))  # 15 s kept back to pack the results
-  ((limit > left)) && limit=$left
+  local name="$1" limit t0=$SECONDS rc; limit=$(limit_for "$2"); shift 2
   if ((limit < 5)); then SUMMARY+=("SKIP    $name: no time left"); FAILED=1; return 1; fi
   echo "[gpu_check] $name (at most $limit s)" >&2
   STEP="$name" timeout -k 5 "$limit" bash "$SELF" _call "$@" >"$RES/$name.log" 2>&1; rc=$?
-  case $rc in 0) verdict="ok     " ;; 124|137) verdict="TIMEOUT" ;; *) verdict="FAIL   " ;; esac
-  ((rc == 0)) || FAILED=1
-  SUMMARY+=("$verdict $name ($((SECONDS - t0)) s$( ((rc)) && echo ", exit $rc"))")
-  tail -n 3 "$RES/$name.log" >&2
-  return $rc
+  record "$name" "$t0" "$rc"
+}
+step_bg() {  # started now, under its own timeout (which kills its process group); step_wait NAME collects it
+  local name="$1" limit; limit=$(limit_for "$2"); shift 2
+  if ((limit < 5)); then SUMMARY+=("SKIP    $name: no time left"); FAILED=1; BG_PID[$name]=none; return 1; fi
+  echo "[gpu_check] $name (in the background, at most $limit s)" >&2
+  STEP="$name" timeout -k 5 "$limit" bash "$SELF" _call "$@" >"$RES/$name.log" 2>&1 &
+  BG_PID[$name]=$! BG_T0[$name]=$SECONDS
+}
+step_wait() {  # the status of step_bg NAME (once; 1 if it was skipped)
+  local name="$1" pid="${BG_PID[$1]:-none}" rc
+  case $pid in none) return 1 ;; done*) return "${pid#done}" ;; esac
+  wait "$pid"; rc=$?
+  BG_PID[$name]="done$rc"
+  record "$name" "${BG_T0[$name]}" "$rc"
 }
 
 prepare() {  # shared by both modes; each step but `machine` needs the one before it
@@ -116,13 +205,16 @@ prepare() {  # shared by both modes; each step but `machine` needs the one befor
 
 main() {
   export MODE="$1" RES; local limit="${SFTDP_GPU_CHECK_LIMIT:-}"
-  [[ -n $limit ]] || { [[ $MODE == build-test ]] && limit=510 || limit=390; }
+  [[ -n $limit ]] || case $MODE in build-test) limit=510 ;; llmc-bench) limit=210 ;; *) limit=390 ;; esac
   DEADLINE=$((SECONDS + limit))
   RES="${SFTDP_GPU_CHECK_RESULTS:-$ROOT/bench/results}/gpu_check_$(date -u +%Y%m%dT%H%M%SZ)_$MODE"
   mkdir -p "$RES"
+  [[ $MODE == e2e-bench ]] && step_bg llmc_build 150 llmc_build  # one nvcc, beside the steps below
   if ! prepare; then :
   elif [[ $MODE == build-test ]]; then
     step gpu_tests 240 gpu_tests
+  elif [[ $MODE == llmc-bench ]]; then
+    step llmc_build 150 llmc_build && step llmc_vs_sftdp 180 llmc_vs_sftdp
   elif step data 60 data; then
     step train_gpu 60 train gpu hardware=gpu; step train_gpu_again 60 train gpu_again hardware=gpu
     step train_cpu 90 train cpu hardware=cpu; step train_gpu_ga4 60 train gpu_ga4 hardware=gpu gradient_accumulation_steps=4
@@ -136,11 +228,14 @@ main() {
     step train_llama_cpu 90 train llama_cpu hardware=cpu model_name=llama-tiny tie_word_embeddings=false
     step llama_gpu_matches_cpu 20 compare llama_gpu llama_cpu 1e-3
     step two_ranks_one_gpu 90 two_ranks_one_gpu
+    step_wait llmc_build  # collected before the timings: no compiler on the CPU while they run
     step bench_gpu_step 240 bench
+    step_wait llmc_build && step llmc_vs_sftdp 150 llmc_vs_sftdp
   fi
+  [[ $MODE == e2e-bench ]] && step_wait llmc_build  # still collected when a step above stopped the rest
   printf '%s\n' "${SUMMARY[@]}" >"$RES/summary.txt"
   local out="${OUT:-$(dirname "$RES")}"; mkdir -p "$out"
-  tar -czf "$out/gpu_check_$MODE.tar.gz" -C "$(dirname "$RES")" --exclude='*.h5' "$(basename "$RES")"
+  tar -czf "$out/gpu_check_$MODE.tar.gz" -C "$(dirname "$RES")" --exclude='*.h5' --exclude='*.bin' "$(basename "$RES")"
   echo "[gpu_check] $out/gpu_check_$MODE.tar.gz; results in $RES" >&2
   cat "$RES/summary.txt"
   return $FAILED
@@ -148,7 +243,7 @@ main() {
 
 # shellcheck source=/dev/null
 case "${1:-}" in
-  build-test|e2e-bench) main "$1" ;;
+  build-test|e2e-bench|llmc-bench) main "$1" ;;
   _call) shift; [[ -f $PKG/env.sh ]] && source "$PKG/env.sh"; "$@" ;;
-  *) echo "usage: bash scripts/gpu_check.sh build-test|e2e-bench   (see the header of this file)" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu_check.sh build-test|e2e-bench|llmc-bench   (see the header of this file)" >&2; exit 2 ;;
 esac

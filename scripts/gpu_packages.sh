@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # scripts/gpu_packages.sh — the libraries sft-dp builds against, carried to a machine that has CUDA
 # but no MPI, HDF5, OpenBLAS, yaml-cpp or GoogleTest and no package registry (the device tool's).
-#   fetch    here (Debian 12, apt works): apt-get download them into .debs/ (~32 MB, git-ignored)
+#   fetch    here (Debian 12, apt works): apt-get download them into .debs/ (~32 MB, git-ignored),
+#            then fetch-llmc
+#   fetch-llmc  here: copy llm.c (the anchor beside the checkout, ../shared/anchors/llm.c, or
+#            $SFTDP_LLMC_SRC; 0.5 MB) into .anchors/llm.c (git-ignored), for gpu_check.sh's llmc_*
+#            steps: carry .anchors too. The device machine sees only the checkout, never ../shared.
 #   install  there: dpkg -x them into build-pkgroot/ (never into /; no maintainer scripts run; git-
 #            ignored like every build-*/, so it stays on a warm machine and is never carried), point
 #            absolute links into that root, find NCCL (and cuBLAS), and write
@@ -54,6 +58,18 @@ fetch() {
   mapfile -t closure < <(runtime_closure)
   (cd "$DEBS" && apt-get download "${DEV_PKGS[@]}" "${closure[@]}") || exit 1
   log "carried packages: $(find "$DEBS" -maxdepth 1 -name '*.deb' | wc -l), $(du -sh "$DEBS" | cut -f1)"
+  fetch_llmc
+}
+
+# llm.c's sources as they are (its build products go to build-llmc/ there, never into the copy); the
+# commit named in the anchors' README goes beside it, in .anchors/llm.c.commit.
+fetch_llmc() {
+  local src="${SFTDP_LLMC_SRC:-$ROOT/../shared/anchors/llm.c}" dst="$ROOT/.anchors/llm.c"
+  [[ -f $src/train_gpt2.cu && -f $src/Makefile ]] ||
+    { log "error: no llm.c in $src (train_gpt2.cu, Makefile); set SFTDP_LLMC_SRC"; exit 2; }
+  rm -rf "$dst" && mkdir -p "$dst" && cp -R --preserve=timestamps "$src/." "$dst/" && chmod -R u+w "$dst" || exit 1
+  grep -oE 'commit [0-9a-f]{40}' "$src/../README.md" 2>/dev/null | head -1 >"$dst.commit" || true
+  log "llm.c copied into $dst ($(du -sh "$dst" | cut -f1); $(cat "$dst.commit" 2>/dev/null)): carry .anchors"
 }
 
 # Absolute links point into $R; /etc/alternatives/<x> links (made by postinst scripts, so absent
@@ -165,6 +181,7 @@ EOF
 
 case "${1:-}" in
   fetch) fetch ;;
+  fetch-llmc) fetch_llmc ;;
   install) install ;;
-  *) echo "usage: bash scripts/gpu_packages.sh fetch|install   (see the header of this file)" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu_packages.sh fetch|fetch-llmc|install   (see the header of this file)" >&2; exit 2 ;;
 esac
