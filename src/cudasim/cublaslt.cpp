@@ -6,6 +6,8 @@
 // remembers the alignments the preference allowed (default 256 bytes, as documented); running it on
 // data less aligned than that, or on ranges outside device memory, is CUBLAS_STATUS_INVALID_VALUE
 // with a report. Attributes the simulator lacks are CUBLAS_STATUS_NOT_SUPPORTED, never ignored.
+// Record mode (record.h): each queued matmul is a line (m, n, k, transposes, types, leading dimensions,
+// batch, epilogue, alpha, beta, operands); record-only queues it without its arithmetic.
 #include <cublasLt.h>
 
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "cudasim/memory.h"
+#include "cudasim/record.h"
 #include "cudasim/runtime.h"
 
 namespace sftdp::sim {
@@ -85,6 +88,7 @@ uint32_t batch_alignment(const void* p, const Layout& l, size_t elem) {
   return al;
 }
 size_t elem_bytes(cudaDataType t) { return t == CUDA_R_16BF ? 2 : 4; }
+const char* type_name(cudaDataType t) { return t == CUDA_R_16BF ? "bf16" : t == CUDA_R_32F ? "fp32" : "other"; }
 
 // The one supported configuration, checked by the heuristic and by the matmul alike.
 cublasStatus_t check_config(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dl,
@@ -431,6 +435,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (!s) return CUBLAS_STATUS_INVALID_VALUE;
   if (sticky_error(s->device()) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   if (g.d.rows == 0 || g.d.cols == 0) return CUBLAS_STATUS_SUCCESS;
+  const auto layout = [](const char* x, const Layout& l) {
+    return std::string("\"") + x + "_type\":\"" + type_name(l.type) + "\",\"ld" + x + "\":" + std::to_string(l.ld) +
+           ",\"stride_" + x + "\":" + std::to_string(l.stride);
+  };
+  record_op("gemm", s,
+            "\"m\":" + std::to_string(g.d.rows) + ",\"n\":" + std::to_string(g.d.cols) +
+                ",\"k\":" + std::to_string(g.ta ? g.a.rows : g.a.cols) + ",\"batch\":" + std::to_string(g.d.batch) +
+                ",\"trans_a\":" + (g.ta ? "true" : "false") + ",\"trans_b\":" + (g.tb ? "true" : "false") + "," +
+                layout("a", g.a) + "," + layout("b", g.b) + "," + layout("c", g.c) + "," + layout("d", g.d) +
+                ",\"epilogue\":\"" + (g.bias ? "bias" : "default") + "\",\"alpha\":" + json_number(g.alpha) +
+                ",\"beta\":" + json_number(g.beta) + ",\"A\":" + json_pointer(A) + ",\"B\":" + json_pointer(B) +
+                ",\"C\":" + json_pointer(C) + ",\"D\":" + json_pointer(D) +
+                ",\"workspace_bytes\":" + std::to_string(workspace_bytes));
+  if (record_only()) {
+    enqueue(*s, "cublasLtMatmul (record only)", [] {});
+    return CUBLAS_STATUS_SUCCESS;
+  }
   enqueue(*s, "cublasLtMatmul", [g] { g.run(); });
   return CUBLAS_STATUS_SUCCESS;
 }

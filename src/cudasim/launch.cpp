@@ -2,11 +2,13 @@
 // checked against Hopper's limits (cudaErrorInvalidConfiguration / cudaErrorInvalidValue, through
 // cudaGetLastError, nothing queued), every pointer argument checked to be null or device memory (a
 // host pointer is an error at the launch, naming the kernel and the argument), then the launch
-// queued on its stream with the allocations its arguments point into.
+// queued on its stream with the allocations its arguments point into. Record mode (record.h) writes its
+// line here, at the queueing; record-only queues it without its body.
 #include <algorithm>
 #include <cstring>
 
 #include "cudasim/block_runner.h"
+#include "cudasim/record.h"
 #include "cudasim/runtime.h"
 #include "cudasim/tensor_core.h"
 
@@ -99,6 +101,11 @@ void submit(KernelLaunch&& l, cudaStream_t handle) {
       if (!p) continue;
       if (const auto a = memory().find(p, 0); a && a->live) add(*a);
     }
+  }
+  record_kernel(l, *stream);
+  if (record_only()) {  // in stream order like any kernel, but nothing runs (memory stays as it was)
+    enqueue(*stream, std::string("kernel ") + l.kernel + " (record only)", [] {});
+    return;
   }
   const int device = stream->device();
   auto shared = std::make_shared<KernelLaunch>(std::move(l));

@@ -1,5 +1,6 @@
 // src/cudasim/memory.cpp — device allocations of the simulator (see memory.h): one mapping each,
-// guard pages, 0xff fill, ASan-poisoned slack, a PROT_NONE quarantine for freed memory.
+// guard pages, 0xff fill, ASan-poisoned slack, a PROT_NONE quarantine for freed memory. Record-only mode
+// (record.h) fills the slack only: the data stays the OS's untouched zero pages until written.
 #include "cudasim/memory.h"
 
 #include <sys/mman.h>
@@ -7,6 +8,7 @@
 
 #include <cstring>
 
+#include "cudasim/record.h"
 #include "cudasim/sanitizer.h"
 
 namespace sftdp::sim {
@@ -55,13 +57,18 @@ void* Memory::allocate(size_t bytes, int device) {
     munmap(base, map_size);
     return nullptr;
   }
-  std::memset(data, kFreshByte, data_pages);
   Allocation a;
   a.device = device;
   a.map_begin = reinterpret_cast<uintptr_t>(base);
   a.map_size = map_size;
   a.begin = reinterpret_cast<uintptr_t>(data) + data_pages - data_bytes;  // the end meets the guard page
   a.size = bytes;
+  if (record_only()) {  // nothing runs that would read it: leave the pages untouched, fill the slack only
+    std::memset(data, kFreshByte, a.begin - reinterpret_cast<uintptr_t>(data));
+    std::memset(reinterpret_cast<void*>(a.end()), kFreshByte, data_pages_end(a) - a.end());
+  } else {
+    std::memset(data, kFreshByte, data_pages);
+  }
   asan::poison(data, a.begin - reinterpret_cast<uintptr_t>(data));
   asan::poison(reinterpret_cast<void*>(a.end()), data_pages_end(a) - a.end());
   std::lock_guard<std::mutex> lock(mu_);

@@ -7,6 +7,8 @@
 // A collective waits with non-blocking MPI and polls for ncclCommAbort; an MPI failure becomes the
 // communicator's asynchronous error (ncclCommGetAsyncError). Group calls queue their collectives at
 // ncclGroupEnd. MPI must be initialised with MPI_THREAD_MULTIPLE: collectives run on stream workers.
+// Record mode (record.h): each collective is a line when it is queued (op, count, dtype, reduction, ranks);
+// record-only queues it without its arithmetic or its MPI traffic (on every rank alike).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <cuda_bf16.h>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "cudasim/memory.h"
+#include "cudasim/record.h"
 #include "cudasim/runtime.h"
 
 struct ncclComm {  // nccl.h: typedef struct ncclComm* ncclComm_t (opaque)
@@ -308,6 +311,7 @@ struct Pending {
   std::shared_ptr<ncclComm> comm;
   std::string what;
   std::function<void()> fn;
+  std::string record;  // its record line's fields
 };
 int& group_depth() {
   static thread_local int depth = 0;
@@ -319,6 +323,8 @@ std::vector<Pending>& group_ops() {
 }
 
 void launch(Pending&& p) {
+  record_op("nccl", p.stream, p.record);
+  if (record_only()) p.fn = [] {};
   const uint64_t seq = enqueue(*p.stream, p.what, std::move(p.fn));
   std::lock_guard<std::mutex> lock(p.comm->mu);
   p.comm->last_op[p.stream] = seq;
@@ -334,9 +340,36 @@ bool buffer_ok(const char* call, const char* which, const void* p, size_t bytes)
 }
 
 // Checks a collective's arguments and queues it (or keeps it for ncclGroupEnd).
+const char* type_name(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return "int8";
+    case ncclUint8: return "uint8";
+    case ncclInt32: return "int32";
+    case ncclUint32: return "uint32";
+    case ncclInt64: return "int64";
+    case ncclUint64: return "uint64";
+    case ncclFloat16: return "fp16";
+    case ncclFloat32: return "fp32";
+    case ncclFloat64: return "fp64";
+    case ncclBfloat16: return "bf16";
+    default: return "other";
+  }
+}
+const char* op_name(ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum: return "sum";
+    case ncclProd: return "prod";
+    case ncclMax: return "max";
+    case ncclMin: return "min";
+    case ncclAvg: return "avg";
+    default: return "other";
+  }
+}
+
+// count: the call's own count argument; root < 0: none.
 ncclResult_t collective(const char* call, ncclComm_t handle, cudaStream_t stream_handle, ncclDataType_t t,
                         ncclRedOp_t op, bool reduces, const void* send, size_t send_bytes, const void* recv,
-                        size_t recv_bytes, std::function<void(ncclComm&)> body) {
+                        size_t recv_bytes, size_t count, int root, std::function<void(ncclComm&)> body) {
   const auto comm = find_comm(handle);
   if (!comm) return warn(ncclInvalidArgument, std::string(call) + ": not a live communicator");
   if (comm->aborted) return warn(ncclInvalidUsage, std::string(call) + ": the communicator was aborted");
@@ -352,9 +385,16 @@ ncclResult_t collective(const char* call, ncclComm_t handle, cudaStream_t stream
     return warn(ncclInvalidUsage, std::string(call) + ": the stream is on CUDA device " + std::to_string(s->device()) +
                                       ", the communicator on " + std::to_string(comm->device));
   std::shared_ptr<ncclComm> keep = comm;
-  Pending p{s, comm, call, [keep, body = std::move(body)] {
+  std::string fields = "\"call\":" + json_string(call) + ",\"count\":" + std::to_string(count) + ",\"dtype\":\"" +
+                       type_name(t) + "\"" + (reduces ? std::string(",\"redop\":\"") + op_name(op) + "\"" : "") +
+                       ",\"ranks\":" + std::to_string(comm->nranks) + ",\"rank\":" + std::to_string(comm->rank) +
+                       (root >= 0 ? ",\"root\":" + std::to_string(root) : "") + ",\"send\":" + json_pointer(send) +
+                       ",\"recv\":" + json_pointer(recv);
+  Pending p{s, comm, call,
+            [keep, body = std::move(body)] {
               if (!keep->aborted) body(*keep);
-            }};
+            },
+            std::move(fields)};
   if (group_depth() > 0) {
     group_ops().push_back(std::move(p));
   } else {
@@ -509,7 +549,7 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t handle, int* device) {
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
   const size_t bytes = count * type_bytes(t);
-  return collective("ncclAllReduce", comm, stream, t, op, true, send, bytes, recv, bytes,
+  return collective("ncclAllReduce", comm, stream, t, op, true, send, bytes, recv, bytes, count, -1,
                     [=](ncclComm& c) { all_reduce(c, send, recv, count, t, op); });
 }
 
@@ -517,7 +557,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
                                ncclComm_t comm, cudaStream_t stream) {
   const auto c = find_comm(comm);
   const size_t W = c ? static_cast<size_t>(c->nranks) : 1, bytes = recvcount * type_bytes(t);
-  return collective("ncclReduceScatter", comm, stream, t, op, true, send, bytes * W, recv, bytes,
+  return collective("ncclReduceScatter", comm, stream, t, op, true, send, bytes * W, recv, bytes, recvcount, -1,
                     [=](ncclComm& cm) { reduce_scatter(cm, send, recv, recvcount, t, op); });
 }
 
@@ -525,7 +565,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
                            cudaStream_t stream) {
   const auto c = find_comm(comm);
   const size_t W = c ? static_cast<size_t>(c->nranks) : 1, bytes = sendcount * type_bytes(t);
-  return collective("ncclAllGather", comm, stream, t, ncclSum, false, send, bytes, recv, bytes * W,
+  return collective("ncclAllGather", comm, stream, t, ncclSum, false, send, bytes, recv, bytes * W, sendcount, -1,
                     [=](ncclComm& cm) { all_gather(cm, send, recv, sendcount, t); });
 }
 
@@ -535,8 +575,8 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if (c && (root < 0 || root >= c->nranks)) return warn(ncclInvalidArgument, "ncclBroadcast: invalid root");
   const size_t bytes = count * type_bytes(t);
   const bool is_root = c && c->rank == root;
-  return collective("ncclBroadcast", comm, stream, t, ncclSum, false, send, is_root ? bytes : 0, recv, bytes,
-                    [=](ncclComm& cm) { broadcast(cm, send, recv, count, t, root); });
+  return collective("ncclBroadcast", comm, stream, t, ncclSum, false, send, is_root ? bytes : 0, recv, bytes, count,
+                    root, [=](ncclComm& cm) { broadcast(cm, send, recv, count, t, root); });
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t stream) {
@@ -549,7 +589,7 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
   if (c && (root < 0 || root >= c->nranks)) return warn(ncclInvalidArgument, "ncclReduce: invalid root");
   const size_t bytes = count * type_bytes(t);
   const bool is_root = c && c->rank == root;
-  return collective("ncclReduce", comm, stream, t, op, true, send, bytes, recv, is_root ? bytes : 0,
+  return collective("ncclReduce", comm, stream, t, op, true, send, bytes, recv, is_root ? bytes : 0, count, root,
                     [=](ncclComm& cm) { reduce(cm, send, recv, count, t, op, root); });
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cudasim/record.h"
 #include "cudasim/sim.h"
 
 namespace sftdp::sim {
@@ -49,6 +50,15 @@ Settings read_settings() {
       s.lazy_streams = false;
     else
       bad_setting("SFTDP_SIM_STREAMS", mode, "expected lazy or eager");
+  }
+  if (const char* path = std::getenv("SFTDP_SIM_RECORD"); path && *path) s.record_path = path;
+  if (const char* only = std::getenv("SFTDP_SIM_RECORD_ONLY"); only && *only) {
+    if (std::strcmp(only, "1") == 0)
+      s.record_only = true;
+    else if (std::strcmp(only, "0") != 0)
+      bad_setting("SFTDP_SIM_RECORD_ONLY", only, "expected 0 or 1");
+    if (s.record_only && s.record_path.empty())
+      bad_setting("SFTDP_SIM_RECORD_ONLY", only, "needs SFTDP_SIM_RECORD=<path> (nothing would run, nothing be recorded)");
   }
   // CUDA's rule: the listed indices in order, up to the first entry that is not a device index.
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -95,6 +105,7 @@ int schedules() { return settings().schedules; }
 std::vector<Device*>& devices() {
   static auto* list = [] {
     install_fault_handlers();
+    open_record_from_settings();  // a bad SFTDP_SIM_RECORD path ends the process here, exit 2
     auto* v = new std::vector<Device*>;
     const Settings& s = settings();
     for (size_t i = 0; i < s.visible.size(); ++i) {

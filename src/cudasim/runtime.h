@@ -19,12 +19,16 @@ namespace sftdp::sim {
 //   SFTDP_SIM_DEVICE_MEMORY  bytes per device, K/M/G suffixes allowed (default 16G)
 //   SFTDP_SIM_SCHEDULES      thread schedules per launch, results compared (default 2; 1 = no check)
 //   SFTDP_SIM_STREAMS        lazy (default) | eager
+//   SFTDP_SIM_RECORD         a path: record mode (record.h), one JSON line per device operation; %r = MPI rank
+//   SFTDP_SIM_RECORD_ONLY    0 (default) | 1: record the device work without running it (needs SFTDP_SIM_RECORD)
 struct Settings {
   int physical_devices = 1;
   std::vector<int> visible;  // physical index of each visible ordinal
   size_t device_memory = size_t{16} << 30;
   int schedules = 2;
   bool lazy_streams = true;
+  std::string record_path;  // empty: no record
+  bool record_only = false;
 };
 const Settings& settings();
 void set_schedules(int n);  // tests only

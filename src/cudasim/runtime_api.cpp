@@ -4,7 +4,8 @@
 // run after the call returns (host memory included: reading a device-to-host copy before
 // synchronising reads stale data); cudaMemcpy and cudaMemset are ordered on the legacy stream and
 // cudaMemcpy returns when done; cudaFree waits for the device first; a kernel fault is sticky (every
-// later call of the device returns it); other failures set the calling thread's last error.
+// later call of the device returns it); other failures set the calling thread's last error. Record mode
+// (record.h): every queued copy and memset is a line; record-only runs host<->device copies only.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <memory>
 
 #include "cudasim/memory.h"
+#include "cudasim/record.h"
 #include "cudasim/runtime.h"
 
 namespace sftdp::sim {
@@ -79,6 +81,14 @@ cudaError_t queue_copy(const char* call, void* dst, const void* src, size_t byte
     report("memcheck", std::string(call) + ": a pointer given as host memory is device memory (wrong cudaMemcpyKind)");
     return fail(cudaErrorInvalidValue);
   }
+  static const char* const kKinds[] = {"HtoH", "HtoD", "DtoH", "DtoD"};
+  record_op("memcpy", &stream,
+            "\"call\":" + json_string(call) + ",\"kind\":\"" + kKinds[kind] + "\",\"bytes\":" + std::to_string(bytes) +
+                ",\"dst\":" + json_pointer(dst) + ",\"src\":" + json_pointer(src));
+  if (record_only() && kind == cudaMemcpyDeviceToDevice) {  // device work: recorded, not run
+    enqueue(stream, std::string(call) + " (record only)", [] {});
+    return cudaSuccess;
+  }
   enqueue(stream, call, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
   return cudaSuccess;
 }
@@ -86,6 +96,13 @@ cudaError_t queue_copy(const char* call, void* dst, const void* src, size_t byte
 cudaError_t queue_memset(const char* call, void* p, int value, size_t bytes, Stream& stream) {
   if (bytes == 0) return cudaSuccess;
   if (!device_range_ok(call, "destination", p, bytes)) return fail(cudaErrorInvalidValue);
+  record_op("memset", &stream,
+            "\"call\":" + json_string(call) + ",\"bytes\":" + std::to_string(bytes) + ",\"value\":" +
+                std::to_string(value) + ",\"dst\":" + json_pointer(p));
+  if (record_only()) {
+    enqueue(stream, std::string(call) + " (record only)", [] {});
+    return cudaSuccess;
+  }
   enqueue(stream, call, [p, value, bytes] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
@@ -233,6 +250,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t handle) {
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   unregister_stream(s);
   s->shut_down();  // what was queued still runs, as CUDA promises
+  forget_stream(s);
   delete s;
   return cudaSuccess;
 }
