@@ -1,0 +1,114 @@
+// bench/gpu_step_record.cpp — one optimizer step of the GPU path, exactly as the trainer makes it
+// (src/train/trainer.cpp: zero_grads, forward_backward, the gradient allreduce over NCCL, AdamW's apply,
+// synchronize), between the record marks "step begin" and "step end", for the CUDA simulator's record
+// mode (src/cudasim/record.h) and the cost model that reads it (bench/gpu_cost.py). Simulator build only.
+//   SFTDP_SIM_RECORD=step.jsonl [SFTDP_SIM_RECORD_ONLY=1] [SFTDP_SIM_DEVICE_MEMORY=80G] \
+//     gpu_step_record model_name=gpt2-124m global_batch_size=8 max_target_length=1024 dtype=bfloat16
+// Keys are the trainer's (configs/reference.yml): the model preset and its overrides, global_batch_size (=
+// B: one rank, one micro-step), max_target_length (T), dtype, remat, the optimizer's. The batch is
+// bench::random_batch (random tokens, the first quarter of each row with loss weight 0); the parameters
+// are init_params's. The "step begin" mark carries the model's dimensions, B, T, the weighted positions
+// and bench::train_flops (the project's FLOP convention).
+// Record-only (nothing runs on the device): AdamW::apply reads the loss and weight sums back and skips a
+// step whose weight sum is 0 — which memory no kernel wrote holds — so with recording paused (the line
+// is not in the record) the driver writes the sums a real step has (weight sum = the batch's weighted
+// positions, loss sum = that · ln V) before apply; the gradient norm it then reads is 0 (zero pages), so
+// with gradient_clipping_threshold=0 the record-only step's lines equal a real step's, AdamW's scalar
+// arguments included (clipping changes that one scalar, never which kernels run). Record-only also skips
+// uploading the parameters (before the step; their values change no line). Exit 0, 1 on a failed check.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cudasim/record.h"
+#include "harness.h"
+#include "kernels/ops.h"
+#include "sftdp/check.h"
+#include "sftdp/comm.h"
+#include "sftdp/config.h"
+#include "sftdp/model.h"
+#include "sftdp/optim.h"
+
+using namespace sftdp;
+
+namespace {
+
+std::string dims_fields(const config::Config& cfg, const config::ModelDims& d, int B, int T, int weighted) {
+  auto b = [](bool x) { return std::string(x ? "true" : "false"); };
+  return "\"model_name\":" + sim::json_string(cfg.model_name) + ",\"block\":" + sim::json_string(config::block_name(d)) +
+         ",\"L\":" + std::to_string(d.L) + ",\"C\":" + std::to_string(d.C) + ",\"F\":" + std::to_string(d.F) +
+         ",\"V\":" + std::to_string(d.V) + ",\"NH\":" + std::to_string(d.NH) + ",\"KVH\":" + std::to_string(d.kv_heads()) +
+         ",\"HS\":" + std::to_string(d.head_size()) + ",\"qkv_dim\":" + std::to_string(d.qkv_dim()) +
+         ",\"attn_dim\":" + std::to_string(d.attn_dim()) + ",\"tied\":" + b(d.tied) + ",\"qkv_bias\":" + b(d.qkv_bias) +
+         ",\"qk_norm\":" + b(d.qk_norm) + ",\"B\":" + std::to_string(B) + ",\"T\":" + std::to_string(T) +
+         ",\"weighted_positions\":" + std::to_string(weighted) + ",\"dtype\":" + sim::json_string(cfg.dtype) +
+         ",\"remat\":" + b(cfg.remat) + ",\"train_flops\":" + sim::json_number(bench::train_flops(d, B, T));
+}
+
+int run(int argc, char** argv, comm::MpiSession& mpi) {
+  std::vector<std::string> overrides(argv + 1, argv + argc);
+  // The trainer's config keys and checks; train_files is required there but never read here.
+  const config::Config cfg = config::from_yaml_text("train_files: random-batch\n", overrides, "gpu_step_record");
+  SFTDP_ASSERT(mpi.world() == 1, "gpu_step_record runs on one rank");
+  const auto plan = config::resolve_batch(cfg, 1);
+  SFTDP_ASSERT(plan.ga_steps == 1, "gpu_step_record: one micro-step per step (gradient_accumulation_steps=1)");
+  const config::ModelDims d = config::model_dims(cfg);
+  const int B = static_cast<int>(plan.micro_batch), T = static_cast<int>(cfg.max_target_length);
+  if (!cuda_device_available()) throw UserError("no CUDA device (run it in the simulator build)");
+  cuda_select_device(0);
+  const bool bf16 = cfg.dtype == "bfloat16" || cfg.weight_dtype == "bfloat16";
+  const Ops& ops = *cuda_ops(bf16 ? GemmInputs::kBf16 : GemmInputs::kFp32);
+  const auto comm = comm::make_nccl_communicator();
+  const auto model_ptr = model::make_model(d, ops, B, T, cfg.remat, cfg.dtype == "bfloat16");
+  model::Model& model = *model_ptr;
+  optim::AdamW opt(model, *comm, static_cast<int>(cfg.zero_stage));
+  const bool only = sim::record_only();
+  if (!only) {
+    std::vector<float> params;
+    model::init_params(params, model.layout(), d, static_cast<uint64_t>(cfg.seed));
+    model.set_params_from_host(params);
+  }
+  const data::Batch batch = bench::random_batch(B, T, d.V);
+  int weighted = 0;
+  for (const float w : batch.loss_weights) weighted += w != 0.f;
+  ops.synchronize();
+
+  sim::record_mark("step begin", dims_fields(cfg, d, B, T, weighted));
+  model.set_step(0);
+  model.zero_grads();
+  model.forward_backward(batch);
+  opt.reduce_gradients();
+  if (only) {  // see the file header: what a real step's sums would be, outside the record
+    const float sums[2] = {static_cast<float>(weighted * std::log(static_cast<double>(d.V))),
+                           static_cast<float>(weighted)};
+    sim::record_pause(true);
+    ops.to_device(model.grads() + model.trainable_layout().total, sums, sizeof sums);
+    sim::record_pause(false);
+  }
+  const auto stats = opt.apply(cfg, optim::learning_rate(cfg, 0, 1), 1);
+  ops.synchronize();
+  sim::record_mark("step end");
+
+  std::printf("gpu_step_record: %s B=%d T=%d %s: %s\n", cfg.model_name.c_str(), B, T, ops.name,
+              only ? "recorded only (nothing ran)" : ("loss " + std::to_string(stats.loss)).c_str());
+  if (stats.skipped || stats.nonfinite) {
+    std::fprintf(stderr, "gpu_step_record: the step was %s\n", stats.skipped ? "skipped" : "not finite");
+    return 1;
+  }
+  // A real step of a freshly initialised model starts near ln V.
+  if (!only && !bench::check("initial loss vs ln(V)", std::fabs(stats.loss - std::log(double(d.V))), 1.0)) return 1;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  comm::MpiSession mpi(argc, argv);
+  try {
+    return run(argc, argv, mpi);
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "gpu_step_record: error: %s\n", e.what());
+    return 2;
+  }
+}
