@@ -36,9 +36,10 @@ namespace {
 
 std::string dims_fields(const config::Config& cfg, const config::ModelDims& d, int B, int T, int weighted) {
   auto b = [](bool x) { return std::string(x ? "true" : "false"); };
-  return "\"model_name\":" + sim::json_string(cfg.model_name) + ",\"block\":" + sim::json_string(config::block_name(d)) +
-         ",\"L\":" + std::to_string(d.L) + ",\"C\":" + std::to_string(d.C) + ",\"F\":" + std::to_string(d.F) +
-         ",\"V\":" + std::to_string(d.V) + ",\"NH\":" + std::to_string(d.NH) + ",\"KVH\":" + std::to_string(d.kv_heads()) +
+  return "\"model_name\":" + sim::json_string(cfg.model_name) +
+         ",\"block\":" + sim::json_string(config::block_name(d)) + ",\"L\":" + std::to_string(d.L) +
+         ",\"C\":" + std::to_string(d.C) + ",\"F\":" + std::to_string(d.F) + ",\"V\":" + std::to_string(d.V) +
+         ",\"NH\":" + std::to_string(d.NH) + ",\"KVH\":" + std::to_string(d.kv_heads()) +
          ",\"HS\":" + std::to_string(d.head_size()) + ",\"qkv_dim\":" + std::to_string(d.qkv_dim()) +
          ",\"attn_dim\":" + std::to_string(d.attn_dim()) + ",\"tied\":" + b(d.tied) + ",\"qkv_bias\":" + b(d.qkv_bias) +
          ",\"qk_norm\":" + b(d.qk_norm) + ",\"B\":" + std::to_string(B) + ",\"T\":" + std::to_string(T) +

@@ -142,11 +142,10 @@ struct ScalarType {
   char kind;  // 'b' bool, 'i' signed, 'u' unsigned, 'f' float, 'd' double
 };
 constexpr ScalarType kScalars[] = {
-    {"bool", 1, 'b'},           {"char", 1, 'i'},          {"signed char", 1, 'i'},
-    {"unsigned char", 1, 'u'},  {"short", 2, 'i'},         {"unsigned short", 2, 'u'},
-    {"int", 4, 'i'},            {"unsigned int", 4, 'u'},  {"long", 8, 'i'},
-    {"unsigned long", 8, 'u'},  {"long long", 8, 'i'},     {"unsigned long long", 8, 'u'},
-    {"float", 4, 'f'},          {"double", 8, 'd'},
+    {"bool", 1, 'b'},  {"char", 1, 'i'},           {"signed char", 1, 'i'}, {"unsigned char", 1, 'u'},
+    {"short", 2, 'i'}, {"unsigned short", 2, 'u'}, {"int", 4, 'i'},         {"unsigned int", 4, 'u'},
+    {"long", 8, 'i'},  {"unsigned long", 8, 'u'},  {"long long", 8, 'i'},   {"unsigned long long", 8, 'u'},
+    {"float", 4, 'f'}, {"double", 8, 'd'},
 };
 
 std::string scalar_value(const ScalarType& t, const void* bytes) {
@@ -181,7 +180,8 @@ std::string argument(const ArgView& a, const std::string& type) {
     return "{\"type\":" + json_string(type.empty() ? "pointer" : type) + "," + where.substr(1);
   }
   for (const ScalarType& t : kScalars)
-    if (type == t.name && a.size == t.size) return "{\"type\":" + json_string(type) + ",\"value\":" + scalar_value(t, a.bytes) + "}";
+    if (type == t.name && a.size == t.size)
+      return "{\"type\":" + json_string(type) + ",\"value\":" + scalar_value(t, a.bytes) + "}";
   // Anything else (a functor, a struct): its size, and the allocations its pointer-sized words point into.
   std::string allocs;
   for (size_t at = 0; at + sizeof(void*) <= a.size; at += sizeof(void*)) {
@@ -234,8 +234,8 @@ std::string json_pointer(const void* p) {
   if (!p) return "{\"alloc\":null}";
   const auto a = memory().find(p, 0);
   if (!a) return "{\"host\":true}";
-  return "{\"alloc\":" + std::to_string(a->id) + ",\"offset\":" +
-         std::to_string(reinterpret_cast<uintptr_t>(p) - a->begin) + "}";
+  return "{\"alloc\":" + std::to_string(a->id) +
+         ",\"offset\":" + std::to_string(reinterpret_cast<uintptr_t>(p) - a->begin) + "}";
 }
 
 bool recording() {
@@ -313,8 +313,8 @@ void record_kernel(const KernelLaunch& l, const Stream& st) {
   std::string args;
   for (size_t i = 0; i < l.args.size(); ++i) args += (i ? "," : "") + argument(l.args[i], types[i]);
   record_op("kernel", &st,
-            "\"name\":" + json_string(l.kernel) + ",\"site\":" +
-                json_string(std::string(slash ? slash + 1 : l.file) + ":" + std::to_string(l.line)) +
+            "\"name\":" + json_string(l.kernel) +
+                ",\"site\":" + json_string(std::string(slash ? slash + 1 : l.file) + ":" + std::to_string(l.line)) +
                 ",\"grid\":" + dim_text(l.grid) + ",\"block\":" + dim_text(l.block) +
                 ",\"smem\":" + std::to_string(l.dynamic_smem) + ",\"args\":[" + args + "]");
 }

@@ -58,7 +58,8 @@ Settings read_settings() {
     else if (std::strcmp(only, "0") != 0)
       bad_setting("SFTDP_SIM_RECORD_ONLY", only, "expected 0 or 1");
     if (s.record_only && s.record_path.empty())
-      bad_setting("SFTDP_SIM_RECORD_ONLY", only, "needs SFTDP_SIM_RECORD=<path> (nothing would run, nothing be recorded)");
+      bad_setting("SFTDP_SIM_RECORD_ONLY", only,
+                  "needs SFTDP_SIM_RECORD=<path> (nothing would run, nothing be recorded)");
   }
   // CUDA's rule: the listed indices in order, up to the first entry that is not a device index.
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");

@@ -31,7 +31,8 @@ namespace {
 
 // A kernel with every scalar kind the records decode.
 __global__ void scalars_kernel(float* out, const int32_t* idx, double d, size_t n, bool flag, unsigned u, int64_t neg) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = static_cast<float>(d + static_cast<double>(n + u + neg) + flag + idx[0]);
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    out[0] = static_cast<float>(d + static_cast<double>(n + u + neg) + flag + idx[0]);
 }
 
 std::vector<std::string> lines_of(const std::string& path) {
@@ -127,15 +128,17 @@ TEST_F(SimRecord, KnownOperationsGiveExactlyTheExpectedLines) {
   sim::record_mark("between", "\"x\":1");
   ASSERT_EQ(cudaMemcpyAsync(a, ones.data(), 8 * sizeof(float), cudaMemcpyHostToDevice, stream_), cudaSuccess);
   ASSERT_EQ(cudaMemsetAsync(idx, 0, 4 * sizeof(int32_t), stream_), cudaSuccess);
-  const int scalars_line = __LINE__ + 1;
-  SFTDP_LAUNCH(scalars_kernel, dim3(1, 2, 3), dim3(32, 2), 0, stream_, D, idx, 0.1, size_t{1} << 40, true, 7u, int64_t{-3});
+  const size_t big = size_t{1} << 40;
+  const int64_t neg = -3;
+  const int scalars_line = __LINE__ + 1;  // the launch on one line: __LINE__ is a macro call's last line
+  SFTDP_LAUNCH(scalars_kernel, dim3(1, 2, 3), dim3(32, 2), 0, stream_, D, idx, 0.1, big, true, 7u, neg);
   lt_matmul(stream_, A, B, D, m, cols, k);
   allreduce_one_rank(stream_, a, n);
   std::vector<float> back(n);
   ASSERT_EQ(cudaMemcpyAsync(back.data(), a, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   sim::set_record("", false);
-  EXPECT_EQ(back[0], 1.f);   // a real run: the copy, the kernel and the (one-rank) sum all ran
+  EXPECT_EQ(back[0], 1.f);  // a real run: the copy, the kernel and the (one-rank) sum all ran
   EXPECT_EQ(back[8], 2.5f);
 
   const std::string s = "\"device\":0,\"stream\":0,";
@@ -156,12 +159,16 @@ TEST_F(SimRecord, KnownOperationsGiveExactlyTheExpectedLines) {
       R"({"op":"gemm","seq":5,)" + s +
           R"("m":4,"n":2,"k":8,"batch":1,"trans_a":false,"trans_b":false,"a_type":"fp32","lda":4,"stride_a":0,)"
           R"("b_type":"fp32","ldb":8,"stride_b":0,"c_type":"fp32","ldc":4,"stride_c":0,"d_type":"fp32","ldd":4,)"
-          R"("stride_d":0,"epilogue":"default","alpha":1,"beta":0,"A":)" + ptr(A) + R"(,"B":)" + ptr(B) +
-          R"(,"C":)" + ptr(D) + R"(,"D":)" + ptr(D) + R"(,"workspace_bytes":0})",
-      R"({"op":"nccl","seq":6,)" + s + R"("call":"ncclAllReduce","count":64,"dtype":"fp32","redop":"sum","ranks":1,)"
-          R"("rank":0,"send":)" + ptr(a) + R"(,"recv":)" + ptr(a) + "}",
-      R"({"op":"memcpy","seq":7,)" + s + R"("call":"cudaMemcpyAsync","kind":"DtoH","bytes":256,"dst":{"host":true},)"
-          R"("src":)" + ptr(a) + "}",
+          R"("stride_d":0,"epilogue":"default","alpha":1,"beta":0,"A":)" +
+          ptr(A) + R"(,"B":)" + ptr(B) + R"(,"C":)" + ptr(D) + R"(,"D":)" + ptr(D) + R"(,"workspace_bytes":0})",
+      R"({"op":"nccl","seq":6,)" + s +
+          R"("call":"ncclAllReduce","count":64,"dtype":"fp32","redop":"sum","ranks":1,)"
+          R"("rank":0,"send":)" +
+          ptr(a) + R"(,"recv":)" + ptr(a) + "}",
+      R"({"op":"memcpy","seq":7,)" + s +
+          R"("call":"cudaMemcpyAsync","kind":"DtoH","bytes":256,"dst":{"host":true},)"
+          R"("src":)" +
+          ptr(a) + "}",
   };
   std::vector<std::string> got = lines_of(path);
   ASSERT_FALSE(got.empty());
@@ -184,7 +191,8 @@ TEST_F(SimRecord, ProjectBf16GemmRecordsItsCastsAndABf16Matmul) {
   const auto got = lines_of(path);
   std::vector<std::string> ops;
   for (const auto& l : got)
-    if (l.find("\"op\":\"kernel\"") != std::string::npos || l.find("\"op\":\"gemm\"") != std::string::npos) ops.push_back(l);
+    if (l.find("\"op\":\"kernel\"") != std::string::npos || l.find("\"op\":\"gemm\"") != std::string::npos)
+      ops.push_back(l);
   ASSERT_EQ(ops.size(), 3u) << testing::PrintToString(got);
   // Column-major Cᵀ(N,M) = op(B)ᵀ·op(A)ᵀ: B is cast first (kGemmA16), then A, each into padded columns.
   EXPECT_NE(ops[0].find(R"("name":"fp32_to_bf16_kernel")"), std::string::npos) << ops[0];
@@ -222,8 +230,8 @@ class SimRecordOnly : public SimRecord {
     std::vector<float> seen(n, -1.f);
     EXPECT_EQ(cudaMemcpy(seen.data(), fresh, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
     if (only) EXPECT_EQ(seen, std::vector<float>(n, 0.f));
-    lt_matmul(stream_, b, b, a, 2, 2, 2);  // a[0..4)
-    SFTDP_LAUNCH(fill_kernel, 1, 32, 0, stream_, a + 4, 9.f, 12);  // a[4..16)
+    lt_matmul(stream_, b, b, a, 2, 2, 2);                                            // a[0..4)
+    SFTDP_LAUNCH(fill_kernel, 1, 32, 0, stream_, a + 4, 9.f, 12);                    // a[4..16)
     EXPECT_EQ(cudaMemsetAsync(a + 16, 0, 4 * sizeof(float), stream_), cudaSuccess);  // a[16..20)
     EXPECT_EQ(cudaMemcpyAsync(a + 20, b, 4 * sizeof(float), cudaMemcpyDeviceToDevice, stream_), cudaSuccess);
     allreduce_one_rank(stream_, a, n);  // one rank: a sum that would leave a alone; in record-only no MPI at all

@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""bench/gpu_cost.py — a cost model of one GPU optimizer step, from the device operations the code really
+queues: the CUDA simulator's record of one trainer step (bench/gpu_step_record.cpp in record mode,
+src/cudasim/record.h), each line given its FLOPs and the fewest bytes it must move through device memory
+(every input read once, every output written once), then timed on an H100 SXM.
+
+    python3 bench/gpu_cost.py                      # record and cost gpt2-124m B=8 T=1024, qwen3-0.6b B=4 T=4096
+    python3 bench/gpu_cost.py --step "model_name=llama-tiny global_batch_size=2 max_target_length=64"
+    python3 bench/gpu_cost.py step.jsonl ...       # cost records made before (SFTDP_SIM_RECORD=step.jsonl)
+
+--build DIR: a simulator build with bench/gpu_step_record (default $SFTDP_BUILD_DIR, else build-sim-b, else
+build-sim). --keep DIR keeps the records. --real runs the kernels while recording (slow; the record is the
+same). Prints markdown: per model the step's predicted time and MFU, a table per class and per kernel, and
+the largest items. --json prints the totals as JSON instead.
+
+The model (each assumption is a constant below):
+- Kernel formulas: KERNELS, one entry per __global__ function (its name without the template arguments it
+  is launched with), written from the kernel's source: its parameter names (checked against the record's
+  argument count; tests/integration/test_gpu_cost_cuda.py checks them against the source), its class, and
+  FLOPs and bytes from the scalar arguments and the launch shape. An unknown kernel name is an error.
+- cuBLASLt GEMMs: 2·m·n·k·batch FLOPs; bytes: A and B in their types, D in fp32 (C read too when beta != 0,
+  the bias when fused); time at GEMM_EFFICIENCY of the peak for the input type (bf16: dense bf16 tensor
+  cores; fp32: the fp32 CUDA-core peak, since CUBLAS_COMPUTE_32F never uses TF32).
+- Attention at its class's anchor: the tensor-core kernels (attention_tc_*) at FlashAttention-2's measured
+  rate, the CUDA-core kernels (attention.cu) at theirs, on the FLOPs each kernel executes (its own GEMMs over
+  the pairs it visits: recomputed products count, causal halves do not).
+- Every other kernel is memory-bound: bytes at BANDWIDTH_EFFICIENCY of HBM, FLOPs at the fp32 CUDA-core peak.
+- Each operation takes max(FLOP time, byte time) plus LAUNCH_US (kernels, GEMMs, memsets, device copies,
+  collectives); host<->device copies take COPY_LATENCY_US + bytes / PCIE_GBS (pageable host memory: every
+  copy of the step is a synchronising one). One stream, nothing overlaps.
+- MFU = the step's model FLOPs (bench::train_flops, the project's one convention, written by the recorder
+  into its "step begin" mark) / predicted time / the dense bf16 peak.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections import OrderedDict, defaultdict
+
+# ---- the device: H100 SXM (NVIDIA's datasheet; dense = no 2:4 sparsity) -------------------------------
+DEVICE = "H100 SXM"
+PEAK_BF16_TFLOPS = 989.0   # dense bf16 tensor cores (1979 with sparsity, halved); the MFU denominator
+PEAK_FP32_TFLOPS = 67.0    # fp32 CUDA cores (non-tensor)
+HBM_TBPS = 3.35            # HBM3
+GEMM_EFFICIENCY = 0.70     # of the peak for the GEMM's input type
+BANDWIDTH_EFFICIENCY = 0.80
+ATTN_TC_TFLOPS = 335.0     # FlashAttention-2 on an H100 (its measured rate): attention_tc_* kernels
+ATTN_CUDA_TFLOPS = 17.0    # today's CUDA-core attention kernels (attention.cu)
+LAUNCH_US = 2.5            # per device operation: launch and drain on one stream
+COPY_LATENCY_US = 10.0     # per host<->device copy (a synchronising cudaMemcpyAsync of pageable memory)
+PCIE_GBPS = 20.0           # pageable host<->device copies
+NVLINK_BUS_GBPS = 360.0    # NCCL ring allreduce bus bandwidth between GPUs of one node (ranks > 1)
+
+DEFAULT_STEPS = [
+    "model_name=gpt2-124m global_batch_size=8 max_target_length=1024 dtype=bfloat16",
+    "model_name=qwen3-0.6b global_batch_size=4 max_target_length=4096 dtype=bfloat16",
+]
+
+
+# ---- per-kernel formulas ---------------------------------------------------------------------------------
+class Args:
+    """A launch's arguments by parameter name (scalars as values, pointers as {"alloc":..} dicts), plus grid,
+    block, smem and types (the recorded C++ type of each parameter)."""
+
+    def __init__(self, names, rec):
+        self.grid, self.block, self.smem = rec["grid"], rec["block"], rec["smem"]
+        self.types = {}
+        for name, a in zip(names, rec["args"]):
+            setattr(self, name, a["value"] if "value" in a else a)
+            self.types[name] = a["type"]
+
+    def null(self, name):
+        return getattr(self, name).get("alloc", 0) is None
+
+
+class K:
+    """One kernel: its parameters (in order, as in its source), class, FLOPs and bytes of one launch."""
+
+    def __init__(self, src, params, cls, flops, bytes_):
+        self.src, self.params, self.cls, self.flops, self.bytes = src, params.split(), cls, flops, bytes_
+
+
+def causal_pairs(T):  # visible (query, key) pairs of one causal (b, h) without segments
+    return T * (T + 1) // 2
+
+
+def tile_pairs(T, tile=64):  # visited (query tile, key tile) pairs of one (b, h): the tiles on and below the diagonal
+    t = -(-T // tile)
+    return t * (t + 1) // 2
+
+
+def tc_head_size(smem, per_row_tiles, extra):
+    """HS of an attention_tc launch from its dynamic shared memory: per_row_tiles·64·(HS + 8)·2 + extra bytes
+    (fwd_smem / dkv_smem / dq_smem of attention_tc.cu; the kernels' HS is a template argument)."""
+    hs = (smem - extra) / (per_row_tiles * 64 * 2) - 8
+    if hs != int(hs) or int(hs) % 16 or not 16 <= hs <= 128:
+        raise SystemExit(f"gpu_cost: attention_tc shared memory {smem} gives head size {hs}: "
+                         "its formula no longer matches attention_tc.cu's *_smem()")
+    return int(hs)
+
+
+def _reduce_load_bytes(a):  # partial_sums_kernel<Load>: LoadSquare reads fp32, LoadDouble fp64
+    t = a.types["load"]
+    if t.endswith("LoadSquare"):
+        return 4
+    if t.endswith("LoadDouble"):
+        return 8
+    raise SystemExit(f"gpu_cost: partial_sums_kernel with an unknown load functor {t}")
+
+
+def _attn_b(a, heads):  # batch rows of a CUDA-core attention launch: grid (ceil(T/64), B·heads)
+    return a.grid[1] // heads
+
+
+F4 = 4  # bytes of an fp32 (or int32) element
+KERNELS = {
+    # adamw.cu: p, m, v, g read; p, m, v written
+    "adamw_kernel": K("adamw.cu", "params m v grads N n_decay lr b1 b2 eps weight_decay inv_bias_correction1 "
+                      "inv_bias_correction2 grad_scale", "memory", lambda a: 16 * a.N, lambda a: 28 * a.N),
+    # reduce.cu (partial_sums_kernel<Load>: Load is LoadSquare or LoadDouble)
+    "partial_sums_kernel": K("reduce.cu", "partials load n chunk", "memory",
+                                   lambda a: 2 * a.n, lambda a: _reduce_load_bytes(a) * a.n + 8 * a.grid[0]),
+    "finish_sum_kernel": K("reduce.cu", "dst partials P accumulate", "memory",
+                           lambda a: a.P, lambda a: 8 * a.P + 4 * (1 + a.accumulate)),
+    "column_partials_kernel": K("reduce.cu", "partials x N C", "memory",
+                                lambda a: a.N * a.C, lambda a: F4 * a.N * a.C + F4 * a.grid[1] * a.C),
+    "add_column_partials_kernel": K("reduce.cu", "dst partials R C", "memory",
+                                    lambda a: a.R * a.C, lambda a: F4 * a.R * a.C + 2 * F4 * a.C),
+    # cast.cu: fp32 -> bf16 copies (the bf16 GEMMs' inputs, bf16 activation storage) and back
+    "fp32_to_bf16_kernel": K("cast.cu", "out ld_out inp ld_in len n", "memory", lambda a: a.n, lambda a: 6 * a.n),
+    "bf16_to_fp32_kernel": K("cast.cu", "out inp n", "memory", lambda a: a.n, lambda a: 6 * a.n),
+    # residual.cu, gelu.cu, swiglu.cu: elementwise
+    "residual_fwd_kernel": K("residual.cu", "out a b N", "memory", lambda a: a.N, lambda a: 12 * a.N),
+    "gelu_fwd_kernel": K("gelu.cu", "out inp N", "memory", lambda a: 12 * a.N, lambda a: 8 * a.N),
+    "gelu_bwd_kernel": K("gelu.cu", "dinp inp dout N", "memory", lambda a: 24 * a.N, lambda a: 12 * a.N),
+    "swiglu_fwd_kernel": K("swiglu.cu", "out inp F total", "memory", lambda a: 8 * a.total, lambda a: 12 * a.total),
+    "swiglu_bwd_kernel": K("swiglu.cu", "dinp inp dout F total", "memory",
+                           lambda a: 14 * a.total, lambda a: 20 * a.total),
+    # gather.cu: the fused head's row gather / scatter (total = rows·C elements, one index per row)
+    "copy_rows_kernel": K("gather.cu", "out inp idx C total", "memory",
+                                    lambda a: 0, lambda a: 8 * a.total + F4 * (a.total // a.C)),
+    # gemm.cu: the bias when cuBLASLt's epilogue cannot take it
+    "add_bias_kernel": K("gemm.cu", "C bias M N ldc", "memory", lambda a: a.M * a.N,
+                         lambda a: 8 * a.M * a.N + F4 * a.N),
+    # encoder.cu: gather of wte (and wpe) rows; backward adds each bucket's rows of dout into its table row
+    "encoder_fwd_kernel": K("encoder.cu", "out inp pos wte wpe T C total", "memory",
+                            lambda a: 0 if a.null("wpe") else a.total,
+                            lambda a: F4 * a.total * (2 if a.null("wpe") else 3) + F4 * (a.total // a.C)),
+    # grid (U buckets, ...): U table rows read and written; the n tokens' dout rows read once; n from the
+    # bucket layout (order | starts | rows, ints): starts begins n ints after order
+    "scatter_add_buckets_kernel": K("encoder.cu", "table dout order starts rows C", "memory",
+                                    lambda a: (a.starts["offset"] - a.order["offset"]) // 4 * a.C,
+                                    lambda a: 2 * F4 * a.grid[0] * a.C
+                                    + F4 * (a.starts["offset"] - a.order["offset"]) // 4 * (a.C + 1)),
+    # layernorm.cu (GPT-2): a warp per row
+    "layernorm_fwd_kernel": K("layernorm.cu", "out mean rstd inp weight bias N C", "memory",
+                              lambda a: 8 * a.N * a.C, lambda a: 8 * a.N * a.C + 8 * a.C + 8 * a.N),
+    "layernorm_bwd_dinp_kernel": K("layernorm.cu", "dinp dout inp weight mean rstd N C", "memory",  # dinp +=
+                                   lambda a: 12 * a.N * a.C, lambda a: 16 * a.N * a.C + F4 * a.C + 8 * a.N),
+    "layernorm_bwd_partials_kernel": K("layernorm.cu", "partials dout inp mean rstd N C R", "memory",
+                                       lambda a: 5 * a.N * a.C, lambda a: 8 * a.N * a.C + 8 * a.N + 8 * a.R * a.C),
+    # rmsnorm.cu (Llama family)
+    "rmsnorm_fwd_kernel": K("rmsnorm.cu", "out rstd inp weight N C eps", "memory",
+                            lambda a: 4 * a.N * a.C, lambda a: 8 * a.N * a.C + F4 * a.C + F4 * a.N),
+    "rmsnorm_bwd_dinp_kernel": K("rmsnorm.cu", "dinp dout inp weight rstd N C", "memory",  # dinp +=
+                                 lambda a: 8 * a.N * a.C, lambda a: 16 * a.N * a.C + F4 * a.C + F4 * a.N),
+    # Qwen3's q/k norms over the fused qkv rows (v copied through)
+    "qk_rmsnorm_fwd_kernel": K("rmsnorm.cu", "out rstd qkv q_weight k_weight N NH KVH HS eps", "memory",
+                               lambda a: 4 * a.N * (a.NH + a.KVH) * a.HS,
+                               lambda a: 8 * a.N * (a.NH + 2 * a.KVH) * a.HS + 8 * a.HS + F4 * a.N * (a.NH + a.KVH)),
+    "qk_rmsnorm_bwd_dinp_kernel": K("rmsnorm.cu", "dqkv dout qkv q_weight k_weight rstd N NH KVH HS", "memory",
+                                    lambda a: 8 * a.N * (a.NH + a.KVH) * a.HS,
+                                    lambda a: 8 * a.N * (a.NH + 2 * a.KVH) * a.HS + F4 * a.N * (a.NH + a.KVH) * a.HS
+                                    + 8 * a.HS + F4 * a.N * (a.NH + a.KVH)),
+    # grid (R chunks, ...): M vectors of n channels of dout and inp, one rstd each
+    "weight_partials_kernel": K("rmsnorm.cu", "partials dout inp rstd M H h0 row_stride rstd_stride n", "memory",
+                                lambda a: 3 * a.M * a.n, lambda a: 8 * a.M * a.n + F4 * a.M + F4 * a.grid[0] * a.n),
+    # rope.cu: in place over the q and k heads, pairs = B·T·(NH+KVH)·HS/2
+    "rope_kernel": K("rope.cu", "qkv positions inv_freq T NH KVH HS pairs", "memory",
+                                 lambda a: 6 * a.pairs,
+                                 lambda a: 16 * a.pairs + F4 * a.HS // 2
+                                 + (0 if a.null("positions") else F4 * a.pairs // ((a.NH + a.KVH) * a.HS // 2))),
+    # cross_entropy.cu: one block per row (grid.x rows); logits read once, dlogits written in place
+    "cross_entropy_rows_kernel": K("cross_entropy.cu", "row_loss row_weight dlogits logits targets weights V", "memory",
+                                   lambda a: 5 * a.grid[0] * a.V,
+                                   lambda a: F4 * a.grid[0] * a.V * (1 if a.null("dlogits") else 2) + 24 * a.grid[0]),
+    # lora.cu
+    "lora_dropout_kernel": K("lora.cu", "out inp rows key p keep_scale T C n", "memory",
+                             lambda a: 2 * a.n, lambda a: 8 * a.n),
+    # attention.cu, CUDA cores (fp32 math; the bf16 instances round q, k, v, dO as they read them). Per
+    # visible pair: forward q·k and p·v (4·HS); dq: q·k, dO·v, ds·k (6·HS); dk/dv: q·k, dO·v, ds·q, p·dO (8·HS)
+    "attention_fwd_kernel": K(
+        "attention.cu", "out lse qkv seg T NH KVH HS", "attention_cuda",
+        lambda a: 4 * a.HS * _attn_b(a, a.NH) * a.NH * causal_pairs(a.T),
+        lambda a: F4 * _attn_b(a, a.NH) * a.T * ((2 * a.NH + 2 * a.KVH) * a.HS + a.NH)),
+    "attention_bwd_delta_kernel": K(
+        "attention.cu", "delta dout out B T NH HS", "attention_cuda",
+        lambda a: 2 * a.B * a.NH * a.T * a.HS, lambda a: F4 * a.B * a.NH * a.T * (2 * a.HS + 1)),
+    "attention_bwd_dq_kernel": K(
+        "attention.cu", "dqkv delta dout qkv lse seg T NH KVH HS", "attention_cuda",
+        lambda a: 6 * a.HS * _attn_b(a, a.NH) * a.NH * causal_pairs(a.T),
+        lambda a: F4 * _attn_b(a, a.NH) * a.T * ((3 * a.NH + 2 * a.KVH) * a.HS + 2 * a.NH)),
+    "attention_bwd_dkv_kernel": K(
+        "attention.cu", "dqkv delta dout qkv lse seg T NH KVH HS", "attention_cuda",
+        lambda a: 8 * a.HS * _attn_b(a, a.KVH) * a.NH * causal_pairs(a.T),
+        lambda a: F4 * _attn_b(a, a.KVH) * a.T * ((2 * a.NH + 4 * a.KVH) * a.HS + 2 * a.NH)),
+    # attention_tc.cu, tensor cores on bf16 copies of q, k, v, dO (the casts are fp32_to_bf16_kernel lines).
+    # Grid (tiles, heads, B); whole 64x64 tiles on and below the diagonal are computed (tile_pairs): forward
+    # S = QKᵀ and O += PV (2 GEMMs), dK/dV: Sᵀ, dPᵀ, dV, dK (4), dQ: S, dP, dQ (3), each 2·64·64·HS per tile
+    # pair. HS from the dynamic shared memory (the template argument is not a kernel argument).
+    "attention_tc_fwd_kernel": K(
+        "attention_tc.cu", "out lse qkv seg ranges T NH KVH scale scale_log2", "attention_tc",
+        lambda a: 2 * 2 * 64 * 64 * tc_head_size(a.smem, 5, 512) * a.grid[2] * a.NH * tile_pairs(a.T),
+        lambda a: a.grid[2] * a.T * (2 * (a.NH + 2 * a.KVH) * tc_head_size(a.smem, 5, 512)
+                                     + F4 * a.NH * (tc_head_size(a.smem, 5, 512) + 1))),
+    "attention_tc_bwd_dkv_kernel": K(
+        "attention_tc.cu", "dqkv qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
+        lambda a: 4 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 1536) * a.grid[2] * a.NH * tile_pairs(a.T),
+        lambda a: a.grid[2] * a.T * (2 * (2 * a.NH + 2 * a.KVH) * tc_head_size(a.smem, 6, 1536)
+                                     + 2 * F4 * a.NH + 2 * F4 * a.KVH * tc_head_size(a.smem, 6, 1536))),
+    "attention_tc_bwd_dq_kernel": K(
+        "attention_tc.cu", "dqkv qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
+        lambda a: 3 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 512) * a.grid[2] * a.NH * tile_pairs(a.T),
+        lambda a: a.grid[2] * a.T * (2 * (2 * a.NH + 2 * a.KVH) * tc_head_size(a.smem, 6, 512)
+                                     + 2 * F4 * a.NH + F4 * a.NH * tc_head_size(a.smem, 6, 512))),
+    # D = Σ bf16(dO)·O per (b, t, h) row
+    "attention_tc_bwd_delta_kernel": K("attention_tc.cu", "delta dout out rows T NH HS", "attention_tc",
+                                       lambda a: 2 * a.rows * a.HS, lambda a: a.rows * (6 * a.HS + F4)),
+    "attention_tc_segment_ranges_kernel": K("attention_tc.cu", "ranges seg T", "memory",
+                                            lambda a: 0, lambda a: F4 * a.grid[1] * a.T + 8 * a.grid[0] * a.grid[1]),
+}
+
+
+# ---- costing ------------------------------------------------------------------------------------------
+def elem_bytes(t):
+    return {"bf16": 2, "fp32": 4}[t]
+
+
+def roofline_us(flops, bytes_, tflops):
+    """(µs, whether the FLOPs rather than the bytes set it) at `tflops` and the usable HBM bandwidth."""
+    flop_us, byte_us = flops / (tflops * 1e6), bytes_ / (HBM_TBPS * BANDWIDTH_EFFICIENCY * 1e6)
+    return max(flop_us, byte_us), flop_us > byte_us
+
+
+class Item:
+    """One costed operation: the group it is tabled under, its class, FLOPs, bytes, predicted µs (launch
+    overhead included), whether FLOPs bound it, and a shape detail for the largest-items list."""
+
+    def __init__(self, group, cls, flops, bytes_, roof, launch_us, detail=""):
+        self.group, self.cls, self.flops, self.bytes, self.detail = group, cls, flops, bytes_, detail
+        self.us, self.flop_bound = roof[0] + launch_us, roof[1]
+
+
+def cost_kernel(r):
+    name = r["name"]  # as written at the launch, template arguments included
+    k = KERNELS.get(name.split("<")[0])
+    if k is None:
+        raise SystemExit(f"gpu_cost: no formula for kernel {name} (launched at {r['site']}): add it to KERNELS "
+                         "in bench/gpu_cost.py, written from the kernel's source")
+    if len(k.params) != len(r["args"]):
+        raise SystemExit(f"gpu_cost: kernel {name} ({r['site']}) has {len(r['args'])} arguments, KERNELS names "
+                         f"{len(k.params)} ({' '.join(k.params)}): its signature changed, update its formula")
+    a = Args(k.params, r)
+    flops, bytes_ = k.flops(a), k.bytes(a)
+    rate = {"memory": PEAK_FP32_TFLOPS, "attention_cuda": ATTN_CUDA_TFLOPS, "attention_tc": ATTN_TC_TFLOPS}[k.cls]
+    scalars = " ".join(f"{n}={getattr(a, n)}" for n in k.params if isinstance(getattr(a, n), (int, float))
+                       and not isinstance(getattr(a, n), bool) and a.types[n] in ("int", "unsigned long", "long"))
+    return Item(name, k.cls, flops, bytes_, roofline_us(flops, bytes_, rate), LAUNCH_US, scalars)
+
+
+def cost_gemm(r):
+    if r["a_type"] != r["b_type"]:
+        raise SystemExit(f"gpu_cost: a GEMM with A {r['a_type']} and B {r['b_type']}")
+    m, n, k, batch = r["m"], r["n"], r["k"], r["batch"]
+    flops = 2 * m * n * k * batch
+    bytes_ = batch * (elem_bytes(r["a_type"]) * m * k + elem_bytes(r["b_type"]) * k * n
+                      + elem_bytes(r["d_type"]) * m * n * (2 if r["beta"] != 0 else 1))
+    if r["epilogue"] == "bias":
+        bytes_ += 4 * m
+    peak = PEAK_BF16_TFLOPS if r["a_type"] == "bf16" else PEAK_FP32_TFLOPS
+    return Item(f"cuBLASLt GEMM, {r['a_type']} inputs", "gemm_" + r["a_type"], flops, bytes_,
+                roofline_us(flops, bytes_, peak * GEMM_EFFICIENCY), LAUNCH_US,
+                f"m={m} n={n} k={k}" + (f" batch={batch}" if batch > 1 else "") + (" beta=1" if r["beta"] else ""))
+
+
+def cost_memcpy(r):
+    b = r["bytes"]
+    if r["kind"] == "DtoD":
+        return Item("cudaMemcpyAsync DtoD", "memory", 0, 2 * b, roofline_us(0, 2 * b, 1), LAUNCH_US)
+    if r["kind"] == "HtoH":
+        return Item("cudaMemcpy HtoH", "host", 0, 0, (0.0, False), 0.0)
+    return Item(f"cudaMemcpyAsync {r['kind']}", "host_copy", 0, 0, (b / (PCIE_GBPS * 1e3), False), COPY_LATENCY_US,
+                f"{b} bytes")
+
+
+def cost_memset(r):
+    return Item("cudaMemsetAsync", "memory", 0, r["bytes"], roofline_us(0, r["bytes"], 1), LAUNCH_US)
+
+
+def cost_nccl(r):
+    w, bytes_ = r["ranks"], r["count"] * {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8, "int64": 8,
+                                           "uint64": 8, "int32": 4, "uint32": 4, "int8": 1, "uint8": 1}[r["dtype"]]
+    factor = {"ncclAllReduce": 2.0 * (w - 1) / w, "ncclReduceScatter": (w - 1.0), "ncclAllGather": (w - 1.0),
+              "ncclBroadcast": 1.0 if w > 1 else 0.0, "ncclReduce": 1.0 if w > 1 else 0.0}[r["call"]]
+    return Item(f"{r['call']} ({w} rank{'s' if w > 1 else ''})", "collective", 0, 0,
+                (factor * bytes_ / (NVLINK_BUS_GBPS * 1e3), False), LAUNCH_US, f"count={r['count']}")
+
+
+COST = {"kernel": cost_kernel, "gemm": cost_gemm, "memcpy": cost_memcpy, "memset": cost_memset, "nccl": cost_nccl}
+
+
+def load(path):
+    """(the "step begin" mark or None, the step's operation records) of one record file."""
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    starts = [r for r in lines if r["op"] == "start"]
+    if len(starts) != 1:
+        raise SystemExit(f"gpu_cost: {path} holds {len(starts)} processes' records (remove it before recording; "
+                         "one file per rank: SFTDP_SIM_RECORD=step_%r.jsonl)")
+    begin = next((i for i, r in enumerate(lines) if r["op"] == "mark" and r["label"] == "step begin"), None)
+    end = next((i for i, r in enumerate(lines) if r["op"] == "mark" and r["label"] == "step end"), None)
+    if begin is None or end is None or end < begin:
+        return None, [r for r in lines if r["op"] not in ("start", "mark")]
+    return lines[begin], [r for r in lines[begin + 1:end] if r["op"] != "mark"]
+
+
+def cost(records):
+    items = []
+    for r in records:
+        f = COST.get(r["op"])
+        if f is None:
+            raise SystemExit(f"gpu_cost: no cost for a record of op {r['op']!r}")
+        items.append(f(r))
+    return items
+
+
+CLASS_NAMES = OrderedDict([
+    ("gemm_bf16", "GEMMs, bf16 inputs (tensor cores, 70% of 989 TFLOP/s)"),
+    ("gemm_fp32", "GEMMs, fp32 inputs (CUDA cores, 70% of 67 TFLOP/s)"),
+    ("attention_tc", "attention, tensor cores (335 TFLOP/s)"),
+    ("attention_cuda", "attention, CUDA cores (17 TFLOP/s)"),
+    ("memory", "memory-bound kernels, memsets, device copies (80% of 3.35 TB/s)"),
+    ("collective", "NCCL collectives"),
+    ("host_copy", "host<->device copies"),
+    ("host", "host-only copies"),
+])
+
+
+def summarize(mark, items):
+    total_us = sum(i.us for i in items)
+    flops = mark["train_flops"] if mark else None
+    launched = sum(1 for i in items if i.cls not in ("host_copy", "host"))
+    return {"device": DEVICE, "predicted_ms": total_us / 1e3, "operations": len(items),
+            "launch_overhead_ms": launched * LAUNCH_US / 1e3,
+            "model_tflop": flops / 1e12 if flops else None,
+            "mfu": flops / (total_us * 1e-6) / (PEAK_BF16_TFLOPS * 1e12) if flops else None,
+            "gemm_tflop": sum(i.flops for i in items if i.cls.startswith("gemm")) / 1e12,
+            "by_class_ms": {c: sum(i.us for i in items if i.cls == c) / 1e3 for c in CLASS_NAMES
+                            if any(i.cls == c for i in items)}}
+
+
+def fmt(x, digits=1):
+    return f"{x:,.{digits}f}"
+
+
+def report(title, mark, items, top=8):
+    s = summarize(mark, items)
+    total = s["predicted_ms"] * 1e3
+    out = [f"### {title}", ""]
+    if mark:
+        out.append(f"{mark['model_name']} ({mark['block']}: L={mark['L']} C={mark['C']} F={mark['F']} V={mark['V']} "
+                   f"NH={mark['NH']} KVH={mark['KVH']} HS={mark['HS']}), B={mark['B']}, T={mark['T']}, dtype "
+                   f"{mark['dtype']}, {mark['weighted_positions']} of {mark['B'] * mark['T']} positions weighted.")
+    out.append(f"Predicted step on an {DEVICE}: **{fmt(s['predicted_ms'], 2)} ms**"
+               + (f", MFU **{100 * s['mfu']:.1f}%** ({fmt(s['model_tflop'], 2)} TFLOP of model FLOPs per step, "
+                  "bench::train_flops)" if mark else "") +
+               f"; {s['operations']} device operations, {fmt(s['launch_overhead_ms'], 2)} ms of it launch overhead.")
+    out += ["", "| class | operations | TFLOP | GB moved | predicted ms | share |", "|---|--:|--:|--:|--:|--:|"]
+    for c, label in CLASS_NAMES.items():
+        sel = [i for i in items if i.cls == c]
+        if not sel:
+            continue
+        us = sum(i.us for i in sel)
+        out.append(f"| {label} | {len(sel)} | {fmt(sum(i.flops for i in sel) / 1e12, 3)} | "
+                   f"{fmt(sum(i.bytes for i in sel) / 1e9, 2)} | {fmt(us / 1e3, 2)} | {100 * us / total:.1f}% |")
+    groups = defaultdict(list)
+    for i in items:
+        groups[i.group].append(i)
+    out += ["", "| kernel / operation | launches | GFLOP | MB moved | predicted µs | share |",
+            "|---|--:|--:|--:|--:|--:|"]
+    for g, sel in sorted(groups.items(), key=lambda kv: -sum(i.us for i in kv[1])):
+        us = sum(i.us for i in sel)
+        out.append(f"| {g} | {len(sel)} | {fmt(sum(i.flops for i in sel) / 1e9, 2)} | "
+                   f"{fmt(sum(i.bytes for i in sel) / 1e6, 1)} | {fmt(us, 1)} | {100 * us / total:.1f}% |")
+    shapes = defaultdict(list)
+    for i in items:
+        shapes[(i.group, i.detail)].append(i)
+    out += ["", f"Largest items (one kernel at one shape, all its launches):", ""]
+    for n, ((g, d), sel) in enumerate(sorted(shapes.items(), key=lambda kv: -sum(i.us for i in kv[1]))[:top], 1):
+        us = sum(i.us for i in sel)
+        bound = "FLOP-bound" if sel[0].flop_bound else "byte-bound"
+        out.append(f"{n}. {g}" + (f" ({d})" if d else "") + f": {len(sel)}× → {fmt(us / 1e3, 2)} ms "
+                   f"({100 * us / total:.1f}%)" + ("" if sel[0].cls.startswith("host") else f", {bound}"))
+    return "\n".join(out) + "\n", s
+
+
+# ---- recording ----------------------------------------------------------------------------------------
+def default_build():
+    for d in (os.environ.get("SFTDP_BUILD_DIR"), "build-sim-b", "build-sim"):
+        if d and os.path.exists(os.path.join(d, "bench", "gpu_step_record")):
+            return d
+    return os.environ.get("SFTDP_BUILD_DIR") or "build-sim"
+
+
+def record_step(build, overrides, path, real=False, extra_env=None):
+    """Runs bench/gpu_step_record with `overrides` (a list of key=value) into a fresh record at `path`."""
+    exe = os.path.join(build, "bench", "gpu_step_record")
+    if not os.path.exists(exe):
+        raise SystemExit(f"gpu_cost: {exe} not found: build it in a simulator build "
+                         "(-DSFTDP_CUDA_SIM=ON, target gpu_step_record)")
+    if os.path.exists(path):
+        os.remove(path)
+    env = dict(os.environ, SFTDP_SIM_RECORD=path, SFTDP_SIM_DEVICE_MEMORY="80G",  # an H100's 80 GB
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **(extra_env or {}))
+    env["SFTDP_SIM_RECORD_ONLY"] = "0" if real else "1"
+    p = subprocess.run([exe] + list(overrides), env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"gpu_cost: {exe} {' '.join(overrides)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("records", nargs="*", help="record files to cost (default: record the default steps)")
+    ap.add_argument("--step", action="append", help="key=value ... of a step to record (repeatable)")
+    ap.add_argument("--build", default=None, help="simulator build with bench/gpu_step_record")
+    ap.add_argument("--keep", default=None, help="directory to keep the records in")
+    ap.add_argument("--real", action="store_true", help="run the kernels while recording (slow)")
+    ap.add_argument("--json", action="store_true", help="print the totals as JSON")
+    ap.add_argument("--top", type=int, default=8, help="largest items listed per step")
+    args = ap.parse_args(argv)
+    paths = list(args.records)
+    if not paths:
+        build = args.build or default_build()
+        out = args.keep or tempfile.mkdtemp(prefix="gpu_cost_")
+        os.makedirs(out, exist_ok=True)
+        for n, step in enumerate(args.step or DEFAULT_STEPS):
+            paths.append(record_step(build, step.split(), os.path.join(out, f"step_{n}.jsonl"), real=args.real))
+    results = []
+    for path in paths:
+        mark, records = load(path)
+        items = cost(records)
+        title = (f"{mark['model_name']}, B={mark['B']}, T={mark['T']}, {mark['dtype']}" if mark
+                 else os.path.basename(path))
+        text, s = report(title, mark, items, args.top)
+        results.append(dict(s, record=path, title=title))
+        if not args.json:
+            print(text)
+    if args.json:
+        print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The GPU cost model (bench/gpu_cost.py) on the CUDA simulator's records (src/cudasim/record.h) of one
+trainer step (bench/gpu_step_record.cpp):
+- in every build: every kernel launched in kernels/cuda (SFTDP_LAUNCH) has a formula, whose parameters are
+  the kernel's own, by name and in order (a new or changed kernel cannot be costed by a stale formula, or at
+  zero); an unknown kernel, a changed argument count, an unknown operation are errors;
+- in a simulator build with bench/gpu_step_record: a tiny GPT-2 and a tiny Qwen3-style Llama step (bf16)
+  recorded record-only and for real give the same lines for the step; every line is costed; the GEMM FLOPs
+  summed from the records equal the Linear layers' 6·rows·IC·OC (forward, dX, dW; the fused LM head on the
+  weighted positions only) exactly; the recorder's model FLOPs are bench::train_flops's formula, and the
+  predicted time and MFU follow from the costed items; the command line prints the same totals."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness import BUILD, SOURCE, simulator_build
+
+sys.path.insert(0, os.path.join(SOURCE, "bench"))
+import gpu_cost  # noqa: E402
+
+RECORDER = os.path.join(BUILD, "bench", "gpu_step_record")
+needs_recorder = pytest.mark.skipif(
+    not (simulator_build() and os.path.exists(RECORDER)),
+    reason="needs a CUDA-simulator build with bench/gpu_step_record (-DSFTDP_CUDA_SIM=ON, benches on)")
+
+# Small enough for ASan, large enough for two attention tiles (T = 128) and several head chunks.
+STEPS = {
+    "gpt2": ["model_name=gpt2-tiny", "global_batch_size=2", "max_target_length=128"],
+    "qwen3": ["model_name=llama-tiny", "decoder_block=qwen3", "global_batch_size=2", "max_target_length=128"],
+}
+# Clipping changes one scalar of AdamW's launch from the real gradient norm (record-only reads 0): off, so
+# the two records are equal line for line.
+COMMON = ["dtype=bfloat16", "gradient_clipping_threshold=0"]
+
+
+def kernel_signatures():
+    """{kernel name: (file, [parameter names])} of every __global__ function in kernels/cuda."""
+    out = {}
+    for path in glob.glob(os.path.join(SOURCE, "kernels", "cuda", "*.cu")):
+        text = re.sub(r"//[^\n]*", "", open(path).read())
+        for m in re.finditer(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", text):
+            i = j = m.end()
+            depth = 1
+            while depth:
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                j += 1
+            params = [p for p in re.split(r",(?![^<]*>)", text[i:j - 1]) if p.strip()]
+            out[m.group(1)] = (os.path.basename(path), [re.findall(r"\w+", p)[-1] for p in params])
+    return out
+
+
+def test_every_launched_kernel_has_a_formula_with_its_own_parameters():
+    launched = set()
+    for path in glob.glob(os.path.join(SOURCE, "kernels", "cuda", "*.cu")):
+        launched |= set(re.findall(r"SFTDP_LAUNCH\(\s*(\w+)", open(path).read()))  # template arguments left out
+    assert launched, "no SFTDP_LAUNCH found in kernels/cuda"
+    missing = sorted(launched - set(gpu_cost.KERNELS))
+    assert not missing, f"kernels without a formula in bench/gpu_cost.py KERNELS: {missing}"
+    sigs = kernel_signatures()
+    for name, k in gpu_cost.KERNELS.items():
+        if not os.path.exists(os.path.join(SOURCE, "kernels", "cuda", k.src)):
+            continue  # a kernel of a file this checkout does not have yet
+        assert name in sigs, f"KERNELS has {name}, which kernels/cuda/{k.src} does not define"
+        assert sigs[name] == (k.src, k.params), f"{name}: source {sigs[name]}, KERNELS {(k.src, k.params)}"
+
+
+def test_unknown_kernels_changed_signatures_and_unknown_operations_are_errors():
+    launch = {"op": "kernel", "name": "residual_fwd_kernel", "site": "residual.cu:21", "grid": [4, 1, 1],
+              "block": [256, 1, 1], "smem": 0,
+              "args": [{"type": "float*", "alloc": 1, "offset": 0}, {"type": "float const*", "alloc": 2, "offset": 0},
+                       {"type": "float const*", "alloc": 3, "offset": 0}, {"type": "unsigned long", "value": 1000}]}
+    (item,) = gpu_cost.cost([launch])
+    assert (item.flops, item.bytes) == (1000, 12000)
+    assert item.us == pytest.approx(12000 / (3.35e6 * 0.8) + gpu_cost.LAUNCH_US)
+    with pytest.raises(SystemExit, match="no formula for kernel new_kernel"):
+        gpu_cost.cost([dict(launch, name="new_kernel")])
+    with pytest.raises(SystemExit, match="has 3 arguments"):
+        gpu_cost.cost([dict(launch, args=launch["args"][:3])])
+    with pytest.raises(SystemExit, match="no cost for a record of op 'graph'"):
+        gpu_cost.cost([{"op": "graph"}])
+
+
+def linear_gemm_flops(m):
+    """6·rows·IC·OC over the model's Linear layers (forward, dX, dW), from the recorder's dimensions: every
+    block's on all B·T rows, the LM head's on the weighted positions only (the fused head skips the rest)."""
+    C, F, L = m["C"], m["F"], m["L"]
+    if m["block"] == "gpt2":
+        per_layer = 3 * C * C + C * C + C * F + F * C
+    else:
+        per_layer = C * m["qkv_dim"] + m["attn_dim"] * C + C * 2 * F + F * C
+    return 6 * (m["B"] * m["T"] * L * per_layer + m["weighted_positions"] * C * m["V"])
+
+
+def train_flops(m):
+    """bench::train_flops (bench/harness.h), restated: 6 per GEMM weight and token, LM head on every token,
+    plus 12·L·A·T per token for attention over the full T×T."""
+    C, F, L, T = m["C"], m["F"], m["L"], m["T"]
+    if m["block"] == "gpt2":
+        weights, width = L * (4 * C * C + 2 * C * F) + C * m["V"], C
+    else:
+        weights = L * (C * m["qkv_dim"] + m["attn_dim"] * C + 3 * C * F) + C * m["V"]
+        width = m["attn_dim"]
+    return (6 * weights + 12 * L * width * T) * m["B"] * T
+
+
+@pytest.fixture(scope="module")
+def records(workdir):
+    """{model: {"only": path, "real": path}}: each step recorded record-only and for real."""
+    out = {}
+    for name, keys in STEPS.items():
+        out[name] = {mode: gpu_cost.record_step(BUILD, keys + COMMON, os.path.join(workdir, f"{name}_{mode}.jsonl"),
+                                                real=mode == "real") for mode in ("only", "real")}
+    return out
+
+
+def step_lines(path):
+    mark, recs = gpu_cost.load(path)
+    assert mark is not None, f"{path}: no step marks"
+    strip = lambda r: {k: v for k, v in r.items() if k != "seq"}  # noqa: E731 (lines before the step differ)
+    return strip(mark), [strip(r) for r in recs]
+
+
+@needs_recorder
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_record_only_records_what_a_real_step_records(records, name):
+    mark_only, only = step_lines(records[name]["only"])
+    mark_real, real = step_lines(records[name]["real"])
+    assert mark_only == mark_real
+    assert len(only) == len(real)
+    for i, (a, b) in enumerate(zip(only, real)):
+        assert a == b, f"line {i} of the step differs:\nrecord-only {a}\nreal        {b}"
+    ops = {r["op"] for r in real}
+    assert {"kernel", "gemm", "memset", "memcpy", "nccl"} <= ops
+    names = {r["name"] for r in real if r["op"] == "kernel"}
+    assert {"adamw_kernel", "partial_sums_kernel<Load>", "cross_entropy_rows_kernel"} <= names, names
+
+
+@needs_recorder
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_costs_are_consistent_with_the_model(records, name):
+    mark, recs = gpu_cost.load(records[name]["only"])
+    items = gpu_cost.cost(recs)
+    assert len(items) == len(recs)  # every line costed (cost() raises on anything it cannot cost)
+    gemm_flops = sum(2 * r["m"] * r["n"] * r["k"] * r["batch"] for r in recs if r["op"] == "gemm")
+    assert gemm_flops == linear_gemm_flops(mark)
+    assert sum(i.flops for i in items if i.cls.startswith("gemm")) == gemm_flops
+    assert mark["train_flops"] == train_flops(mark)
+    assert mark["block"] == ("gpt2" if name == "gpt2" else "qwen3")
+    s = gpu_cost.summarize(mark, items)
+    total_us = sum(i.us for i in items)
+    assert s["predicted_ms"] == pytest.approx(total_us / 1e3)
+    assert sum(s["by_class_ms"].values()) == pytest.approx(s["predicted_ms"])
+    assert s["mfu"] == pytest.approx(mark["train_flops"] / (total_us * 1e-6) / (gpu_cost.PEAK_BF16_TFLOPS * 1e12))
+    launched = [i for i in items if i.cls not in ("host_copy", "host")]
+    assert all(i.us >= gpu_cost.LAUNCH_US for i in launched)
+    # Attention's FLOPs: the kernels' own products over the causal pairs or tiles they visit, at least the
+    # forward's 4·HS per causal pair and head (the backward recomputes more).
+    causal = mark["B"] * mark["NH"] * mark["T"] * (mark["T"] + 1) // 2 * mark["HS"]
+    attention = sum(i.flops for i in items if i.cls.startswith("attention"))
+    assert attention >= 4 * causal * mark["L"]
+
+
+@needs_recorder
+def test_the_command_line_prints_the_same_totals(records):
+    paths = [records[n]["only"] for n in sorted(STEPS)]
+    p = subprocess.run([sys.executable, os.path.join(SOURCE, "bench", "gpu_cost.py"), "--json"] + paths,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    for path, g in zip(paths, got):
+        mark, recs = gpu_cost.load(path)
+        assert g["predicted_ms"] == pytest.approx(gpu_cost.summarize(mark, gpu_cost.cost(recs))["predicted_ms"])
+        assert g["model_tflop"] == pytest.approx(mark["train_flops"] / 1e12)
+    text = subprocess.run([sys.executable, os.path.join(SOURCE, "bench", "gpu_cost.py")] + paths,
+                          capture_output=True, text=True, timeout=120).stdout
+    assert "Predicted step on an H100 SXM" in text and "Largest items" in text
