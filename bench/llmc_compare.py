@@ -210,6 +210,16 @@ def rated_peak(device_name, override=None):
     return 0.0
 
 
+def device_name():
+    """nvidia-smi's name of GPU 0, or "" without one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+        return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
 def fmt(x, digits=1):
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
 
@@ -335,13 +345,17 @@ def run_sft_train(binary, cfg_path, overrides, env, metrics_dir, log_path, timeo
     return read_sftdp_metrics(path), cmd
 
 
-# name: (llm.c L, NH, C; sft_train model keys)
+# name: (llm.c L, NH, C, V, maxT; sft_train's model keys for the same GPT-2; title)
 CPU_SHAPES = {
-    "l4": (4, 4, 256, ["model_name=gpt2-tiny", "num_decoder_layers=4", "num_heads=4", "emb_dim=256", "mlp_dim=1024",
-                       "vocab_size=50257", "max_position_embeddings=1024"]),
-    "124m": (12, 12, 768, ["model_name=gpt2-124m"]),
+    "l4": (4, 4, 256, 50257, 1024, ["model_name=gpt2-tiny", "num_decoder_layers=4", "num_heads=4", "emb_dim=256",
+                                    "mlp_dim=1024", "vocab_size=50257", "max_position_embeddings=1024"],
+           "4-layer GPT-2, C=256, NH=4, F=1024, V=50257"),
+    "124m": (12, 12, 768, 50257, 1024, ["model_name=gpt2-124m"], "GPT-2 124M (L=12, C=768, NH=12, V=50257)"),
+    # seconds, not minutes: for tests/integration/test_llmc_compare.py (llm.c's main() runs T=64)
+    "tiny": (2, 4, 64, 512, 64, ["model_name=gpt2-tiny", "num_decoder_layers=2", "num_heads=4", "emb_dim=64",
+                                 "mlp_dim=256", "vocab_size=512", "max_position_embeddings=64"],
+             "2-layer GPT-2, C=64, NH=4, V=512 (the test's)"),
 }
-CPU_SHAPE_TITLES = {"l4": "4-layer GPT-2, C=256, NH=4, F=1024, V=50257", "124m": "GPT-2 124M (L=12, C=768, NH=12)"}
 
 
 def show(cmd, prefixes, before="", after=""):
@@ -365,15 +379,15 @@ def cpu_main(a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     ok, sections = True, []
     for shape in a.shape:
-        L, NH, C, model_keys = CPU_SHAPES[shape]
+        L, NH, C, V, maxT, model_keys, title = CPU_SHAPES[shape]
         work = os.path.join(a.work, shape)
         data = os.path.join(work, "dev", "data", "tinyshakespeare")  # the path train_gpt2.c's main() reads
         os.makedirs(data, exist_ok=True)
         rows = a.B * (a.steps + 2)
-        make_data(data, rows, a.T)
+        make_data(data, rows, a.T, V)
         for src, dst in (("train.bin", "tiny_shakespeare_train.bin"), ("val.bin", "tiny_shakespeare_val.bin")):
             os.replace(os.path.join(data, src), os.path.join(data, dst))
-        n_params = write_checkpoint(os.path.join(work, "gpt2_124M.bin"), L, NH, C)
+        n_params = write_checkpoint(os.path.join(work, "gpt2_124M.bin"), L, NH, C, V, maxT)
         cfg = os.path.join(work, "sft.yml")
         with open(cfg, "w") as f:
             f.write("run_name: llmc_cpu\n")
@@ -406,10 +420,10 @@ def cpu_main(a):
                                     if who == "llmc" else show(cmd, paths, f"OMP_NUM_THREADS={a.threads} "))
         loads.append(os.getloadavg()[0])
         llmc, sft = Side("llm.c train_gpt2 (fp32)", llmc_runs, a.skip), Side("sft-dp sft_train (fp32)", sft_runs, a.skip)
-        res = compare(llmc, sft, a.B * a.T, flops, 0.0)
+        res = compare(llmc, sft, a.B * a.T, flops, 0.0, V)
         ok &= all(c for _, c in res["checks"])
-        facts = [f"Model: {CPU_SHAPE_TITLES[shape]}, {n_params} parameters in llm.c's layout (vocabulary padded "
-                 f"to {padded_vocab(50257)}); B={a.B}, T={a.T}; {a.threads} OpenMP threads each; {a.rounds} rounds, "
+        facts = [f"Model: {title}, {n_params} parameters in llm.c's layout (vocabulary padded "
+                 f"to {padded_vocab(V)}); B={a.B}, T={a.T}; {a.threads} OpenMP threads each; {a.rounds} rounds, "
                  f"each one run of llm.c and one of sft-dp in alternating order, {a.steps} steps per run, the first "
                  f"{a.skip} dropped as warm-up."]
         facts.append("Load average (1 min) at the start of each round and at the end: "
@@ -435,6 +449,7 @@ def gpu_report_main(a):
         own_mfu += [r["mfu_percent"] for r in recs[a.skip:]]
     sft_runs = [read_sftdp_metrics(p) if os.path.exists(p) else [] for p in a.sftdp_metrics]
     flops = read_flops(open(a.flops).read()) if a.flops else None
+    a.device = a.device or device_name()
     peak = rated_peak(a.device, a.peak_tflops or os.environ.get("SFTDP_PEAK_TFLOPS"))
     llmc = Side("llm.c train_gpt2cu (bf16)", llmc_runs, a.skip)
     sft = Side("sft-dp sft_train dtype=bfloat16", sft_runs, a.skip)

@@ -26,7 +26,9 @@
 # SFTDP_GPU_CHECK_DRY=1: each command is printed, not run (SFTDP_GPU_CHECK_DRY_FAIL / _HANG="step
 # ..." make those steps fail or hang); tests/integration/test_gpu_check_script.py runs it so.
 # llm.c comparison knobs: SFTDP_LLMC_B (8), SFTDP_LLMC_T (1024), SFTDP_LLMC_STEPS (30, the first 5
-# dropped), SFTDP_LLMC_ROUNDS (2), SFTDP_PEAK_TFLOPS (MFU peak of a GPU other than an H100/H200 SXM).
+# dropped), SFTDP_LLMC_ROUNDS (2), SFTDP_LLMC_BUILD_LIMIT (90 s; e2e-bench waits for the build before
+# bench_gpu_step, so a hung one costs the later steps at most that), SFTDP_PEAK_TFLOPS (the MFU peak
+# of a GPU other than an H100/H200 SXM).
 set -uo pipefail
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 ROOT="$(dirname "$(dirname "$SELF")")"
@@ -155,8 +157,15 @@ llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating 
     done
     args+=(--llmc-log "$d/llmc_$r.log" --sftdp-metrics "$d/runs/sftdp_$r/metrics.jsonl")
   done
-  shown=(--command "${llmc[*]}" --command "$BUILD/sft_train $d/sft.yml ${keys[*]} run_name=sftdp_<round>")
-  shown=("${shown[@]//$d/\$D}"); shown=("${shown[@]//$ROOT\//}")  # no path of the device machine in the report
+  # the report's commands, with no path of the device machine: the build folders relative to the repo
+  # (or the variable that moved them), the step's files under $D
+  local at_llmc="${LLMC#"$ROOT"/}" at_build="${BUILD#"$ROOT"/}"
+  [[ $at_llmc == /* ]] && at_llmc='$SFTDP_LLMC_BUILD_DIR'
+  [[ $at_build == /* ]] && at_build='$SFTDP_GPU_BUILD_DIR'
+  shown=(--command "# D = the step's folder llmc/ in the results archive; the rounds alternate which runs first"
+         --command "$at_llmc/train_gpt2cu ${llmc[*]:1}"
+         --command "$at_build/sft_train $d/sft.yml ${keys[*]} run_name=sftdp_<round>")
+  shown=("${shown[@]//$d/\$D}")
   x python3 "$ROOT/bench/llmc_compare.py" gpu-report "${args[@]}" --flops "$d/flops.txt" --B "$B" --T "$T" \
     --skip 5 "${shown[@]}" --out "$RES/gpu_vs_llmc_$(date -u +%Y%m%dT%H%M%SZ).md" && ((failed == 0))
 }
@@ -209,12 +218,12 @@ main() {
   DEADLINE=$((SECONDS + limit))
   RES="${SFTDP_GPU_CHECK_RESULTS:-$ROOT/bench/results}/gpu_check_$(date -u +%Y%m%dT%H%M%SZ)_$MODE"
   mkdir -p "$RES"
-  [[ $MODE == e2e-bench ]] && step_bg llmc_build 150 llmc_build  # one nvcc, beside the steps below
+  [[ $MODE == e2e-bench ]] && step_bg llmc_build "${SFTDP_LLMC_BUILD_LIMIT:-90}" llmc_build  # one nvcc, beside the steps below
   if ! prepare; then :
   elif [[ $MODE == build-test ]]; then
     step gpu_tests 240 gpu_tests
   elif [[ $MODE == llmc-bench ]]; then
-    step llmc_build 150 llmc_build && step llmc_vs_sftdp 180 llmc_vs_sftdp
+    step llmc_build "${SFTDP_LLMC_BUILD_LIMIT:-90}" llmc_build && step llmc_vs_sftdp 180 llmc_vs_sftdp
   elif step data 60 data; then
     step train_gpu 60 train gpu hardware=gpu; step train_gpu_again 60 train gpu_again hardware=gpu
     step train_cpu 90 train cpu hardware=cpu; step train_gpu_ga4 60 train gpu_ga4 hardware=gpu gradient_accumulation_steps=4

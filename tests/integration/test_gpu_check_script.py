@@ -2,8 +2,12 @@
 every step is printed instead of run, through the same timeout wrapper): each mode produces ONE
 archive, $OUT/gpu_check_<mode>.tar.gz, with summary.txt and one log per step, also when a step fails,
 hangs past its timeout (its processes are killed) or finds no time left; a failed build step stops
-the steps that need it. Runs in a temp dir; nothing is written into the source tree."""
+the steps that need it. The llm.c steps of issue 23 (llmc_build in the background from the start,
+llmc_vs_sftdp last; the llmc-bench mode alone): their commands, a failed or hung llm.c build that
+leaves every other step running, and, run for real with stand-ins for the two trainers, the plumbing
+from their output to gpu_vs_llmc_<UTC>.md. Runs in a temp dir; nothing is written into the source tree."""
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -18,15 +22,17 @@ PREPARE = ["machine", "packages", "configure", "build"]
 E2E = PREPARE + ["data", "train_gpu", "train_gpu_again", "train_cpu", "train_gpu_ga4", "train_gpu_bf16",
                  "gpu_runs_bitwise_equal", "gpu_matches_cpu", "ga4_matches_ga1", "bf16_tracks_fp32",
                  "train_llama_gpu", "train_llama_cpu", "llama_gpu_matches_cpu",
-                 "two_ranks_one_gpu", "bench_gpu_step"]
+                 "two_ranks_one_gpu", "llmc_build", "bench_gpu_step", "llmc_vs_sftdp"]
+SFTDP_STEPS = [s for s in E2E if not s.startswith("llmc_")]  # the steps that do not need llm.c
 
 
-def dry_run(tmp_path, mode, limit=60, fail="", hang=""):
+def dry_run(tmp_path, mode, limit=60, fail="", hang="", extra_env=None):
     """Runs the script; returns (process, seconds, {step: verdict}, {file name in the archive: text})."""
     env = dict(os.environ, SFTDP_GPU_CHECK_DRY="1", SFTDP_GPU_CHECK_DRY_FAIL=fail,
                SFTDP_GPU_CHECK_DRY_HANG=hang, SFTDP_GPU_CHECK_LIMIT=str(limit),
                SFTDP_GPU_CHECK_RESULTS=str(tmp_path / "results"), SFTDP_PKG_ROOT=str(tmp_path / "pkgroot"),
-               SFTDP_GPU_BUILD_DIR=str(tmp_path / "build"), OUT=str(tmp_path / "out"))
+               SFTDP_GPU_BUILD_DIR=str(tmp_path / "build"), SFTDP_LLMC_BUILD_DIR=str(tmp_path / "build-llmc"),
+               OUT=str(tmp_path / "out"), **(extra_env or {}))
     t0 = time.monotonic()
     p = subprocess.run(["bash", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=limit + 60)
     seconds = time.monotonic() - t0
@@ -58,7 +64,7 @@ def test_build_test_runs_every_step(tmp_path):
     assert "+ grep -q sft-dp: CUDA ON" in files["configure.log"], "configure checks that CUDA is on"
     assert "ctest --test-dir" in files["gpu_tests.log"] and "-L gpu" in files["gpu_tests.log"]
     assert "gpu_packages.sh install" in files["packages.log"]
-    for target in ("sft_train", "kernels_test_cuda_vs_cpu", "model_test_cuda_model", "bench_gpu_step"):
+    for target in ("sft_train", "kernels_test_cuda_vs_cpu", "model_test_cuda_model", "bench_gpu_step", "bench_flops"):
         assert target in files["build.log"], f"build names {target}"
 
 
@@ -69,10 +75,11 @@ def test_failing_and_hanging_steps_are_packed_and_the_rest_run(tmp_path):
     assert list(verdicts) == E2E, "every step ran, in order"
     assert verdicts["train_cpu"] == "FAIL"
     assert verdicts["bench_gpu_step"] == "TIMEOUT"
-    assert {v for s, v in verdicts.items() if s not in ("train_cpu", "bench_gpu_step")} == {"ok"}
+    assert verdicts["llmc_vs_sftdp"] == "SKIP", "the hang took the time that was left"
+    assert {v for s, v in verdicts.items() if s not in ("train_cpu", "bench_gpu_step", "llmc_vs_sftdp")} == {"ok"}
     assert seconds < 25 + 10, f"the script kept its limit: {seconds:.1f} s"
     for s in E2E:
-        assert f"{s}.log" in files
+        assert (f"{s}.log" in files) == (verdicts[s] != "SKIP"), s
     assert "sft_train" in files["train_cpu.log"] and "hardware=cpu" in files["train_cpu.log"]
     assert "gradient_accumulation_steps=4" in files["train_gpu_ga4.log"]
     assert "dtype=bfloat16" in files["train_gpu_bf16.log"]
@@ -93,7 +100,8 @@ def test_failing_and_hanging_steps_are_packed_and_the_rest_run(tmp_path):
 def test_a_failed_configure_stops_the_steps_that_need_it(tmp_path):
     p, _, verdicts, files = dry_run(tmp_path, "e2e-bench", fail="configure")
     assert p.returncode == 1
-    assert verdicts == {"machine": "ok", "packages": "ok", "configure": "FAIL"}
+    # llmc_build needs no sft-dp build: it ran beside them and is still collected
+    assert verdicts == {"machine": "ok", "packages": "ok", "configure": "FAIL", "llmc_build": "ok"}
     assert "build.log" not in files and "summary.txt" in files
 
 
@@ -109,10 +117,147 @@ def test_steps_with_no_time_left_are_skipped_and_the_archive_still_made(tmp_path
     p, seconds, verdicts, files = dry_run(tmp_path, "e2e-bench", limit=25, hang="train_gpu")
     assert p.returncode == 1
     assert verdicts["train_gpu"] == "TIMEOUT"
-    later = E2E[E2E.index("train_gpu") + 1:]
+    later = [s for s in E2E[E2E.index("train_gpu") + 1:] if s != "llmc_build"]
     assert [verdicts[s] for s in later] == ["SKIP"] * len(later), verdicts
+    assert verdicts["llmc_build"] == "ok", "started before the hang, in the background"
     assert "no time left" in files["summary.txt"]
     assert seconds < 25 + 10, f"the script kept its limit: {seconds:.1f} s"
+
+
+def test_llmc_steps_commands(tmp_path):
+    """The llm.c build (its Makefile's target, flags and the CUDA 13 shim, from the carried copy into the
+    ignored build-llmc/), then rounds of llm.c and sft_train at the same B and T in alternating order,
+    bench_flops on sft_train's arguments, and the report into gpu_vs_llmc_<UTC>.md."""
+    p, _, verdicts, files = dry_run(tmp_path, "e2e-bench", extra_env={"SFTDP_LLMC_ROUNDS": "3"})
+    assert p.returncode == 0, p.stderr
+    assert list(verdicts) == E2E and set(verdicts.values()) == {"ok"}
+    build = files["llmc_build.log"]
+    assert "/.anchors/llm.c/train_gpt2.cu" in build and f"{tmp_path}/build-llmc/" in build
+    make = next(line for line in build.splitlines() if " make " in line)
+    for word in ("train_gpt2cu", "NO_MULTI_GPU=1", "USE_CUDNN=0", "GPU_COMPUTE_CAPABILITY=90",
+                 "NVCC_APPEND_FLAGS=-include", "bench/llmc_cuda13.h", f"-C {tmp_path}/build-llmc"):
+        assert word in make, (word, make)
+    log = files["llmc_vs_sftdp.log"].splitlines()
+    runs = [("llmc" if "train_gpt2cu" in line else "sftdp") for line in log
+            if line.startswith("+ ") and "llmc_compare.py" not in line
+            and ("train_gpt2cu " in line or "/sft_train " in line)]
+    assert runs == ["llmc", "sftdp", "sftdp", "llmc", "llmc", "sftdp"], "3 rounds, first runner alternating"
+    llmc = next(line for line in log if "train_gpt2cu " in line)
+    for word in ("-e d12", "-b 8", "-t 1024", "-x 30", "-s 0", "-r 0", "/llmc/train.bin", "/llmc/val.bin"):
+        assert word in llmc, (word, llmc)
+    sft = [line for line in log if "/sft_train " in line and "llmc_compare.py" not in line]
+    flops = next(line for line in log if "bench_flops " in line)
+    for word in ("model_name=gpt2-124m", "dtype=bfloat16", "hardware=gpu", "global_batch_size=8",
+                 "max_target_length=1024", "steps=30", "/llmc/train.h5"):
+        assert all(word in line for line in sft + [flops]), word
+    assert [re.search(r"run_name=(\S+)", line)[1] for line in sft] == ["sftdp_1", "sftdp_2", "sftdp_3"]
+    data = next(line for line in log if "llmc_compare.py data" in line)
+    assert "--rows 256 --T 1024" in data, "B * (steps + 2) rows"
+    report = next(line for line in log if "llmc_compare.py gpu-report" in line)
+    assert report.count("--llmc-log") == 3 and report.count("--sftdp-metrics") == 3
+    assert re.search(r"--out \S+/gpu_vs_llmc_\d{8}T\d{6}Z\.md", report)
+    shown = report.split("--command", 1)[1].split("--out")[0]
+    assert str(tmp_path) not in shown and "$SFTDP_GPU_BUILD_DIR/sft_train $D/sft.yml" in shown, "no paths"
+
+
+def test_a_failed_llmc_build_is_logged_and_every_other_step_runs(tmp_path):
+    p, _, verdicts, files = dry_run(tmp_path, "e2e-bench", fail="llmc_build")
+    assert p.returncode == 1
+    assert verdicts["llmc_build"] == "FAIL"
+    assert "llmc_vs_sftdp" not in verdicts, "the comparison needs the build"
+    assert [s for s in verdicts if s != "llmc_build"] == SFTDP_STEPS
+    assert {verdicts[s] for s in SFTDP_STEPS} == {"ok"}
+    assert "+ test -f" in files["llmc_build.log"] and "train_gpt2.cu" in files["llmc_build.log"]
+
+
+def test_a_hung_llmc_build_is_killed_and_every_other_step_runs(tmp_path):
+    p, seconds, verdicts, files = dry_run(tmp_path, "e2e-bench", limit=40, hang="llmc_build",
+                                          extra_env={"SFTDP_LLMC_BUILD_LIMIT": "10"})
+    assert p.returncode == 1
+    assert verdicts["llmc_build"] == "TIMEOUT"
+    assert {verdicts[s] for s in SFTDP_STEPS} == {"ok"}, verdicts
+    assert "llmc_vs_sftdp" not in verdicts
+    assert seconds < 40 + 10, f"the script kept its limit: {seconds:.1f} s"
+
+
+def test_a_hung_comparison_keeps_the_time_budget(tmp_path):
+    p, seconds, verdicts, files = dry_run(tmp_path, "e2e-bench", limit=25, hang="llmc_vs_sftdp")
+    assert p.returncode == 1
+    assert verdicts["llmc_vs_sftdp"] == "TIMEOUT" and verdicts["llmc_build"] == "ok"
+    assert seconds < 25 + 10, f"the script kept its limit: {seconds:.1f} s"
+    assert "llmc_vs_sftdp.log" in files
+
+
+def test_llmc_bench_mode_runs_the_llmc_steps_alone(tmp_path):
+    p, _, verdicts, files = dry_run(tmp_path, "llmc-bench")
+    assert p.returncode == 0, p.stderr
+    assert list(verdicts) == PREPARE + ["llmc_build", "llmc_vs_sftdp"]
+    assert set(verdicts.values()) == {"ok"}
+
+
+STAND_IN_LLMC = r"""#!/usr/bin/env python3
+# stands in for llm.c's train_gpt2cu: its step lines (its printf format), 100 ms warm-up steps, then 40 ms
+import sys
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+assert a["-e"] == "d12" and open(a["-i"], "rb").read(4) == (20240520).to_bytes(4, "little")
+B, T, n = int(a["-b"]), int(a["-t"]), int(a["-x"])
+print("val loss 11.0")
+for i in range(n):
+    ms = 100.0 if i < 5 else 40.0
+    print("step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s"
+          % (i + 1, n, 10.95, float("nan"), 5.0, float("nan"), 3e-4, ms, -100.0, B * T / ms * 1e3))
+"""
+STAND_IN_SFT_TRAIN = r"""#!/usr/bin/env python3
+# stands in for sft_train: reads its key=value arguments, writes metrics.jsonl (50 ms steps) where it would
+import json, os, sys, h5py
+a = dict(x.split("=", 1) for x in sys.argv[2:])
+assert a["dtype"] == "bfloat16" and a["model_name"] == "gpt2-124m"
+assert h5py.File(a["train_files"])["inputs"].shape[1] == int(a["max_target_length"])
+run = os.path.join(a["base_output_directory"], a["run_name"])
+os.makedirs(os.path.join(run, "checkpoints"))
+with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+    for i in range(int(a["steps"])):
+        f.write(json.dumps({"step": i + 1, "loss": 10.9, "step_time_s": 0.2 if i < 5 else 0.05}) + "\n")
+"""
+
+
+def test_llmc_vs_sftdp_for_real_with_stand_ins(tmp_path):
+    """Not a dry run: the step itself, with stand-ins for llm.c and sft_train that print and write what
+    theirs do (and check that they were handed the files made for them), and bench_flops of the
+    build when there is one: the token files and .h5 are made, each run's output reaches the report,
+    the checkpoints are removed, and gpu_vs_llmc_<UTC>.md holds the ratio 50 ms -> 40 ms = 0.80."""
+    llmc_dir, build = tmp_path / "build-llmc", tmp_path / "build"
+    (build / "bench").mkdir(parents=True)
+    llmc_dir.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)  # the device's python3 has numpy and h5py
+    for path, text in ((llmc_dir / "train_gpt2cu", STAND_IN_LLMC), (build / "sft_train", STAND_IN_SFT_TRAIN)):
+        path.write_text(text.replace("#!/usr/bin/env python3", "#!" + sys.executable))
+        path.chmod(0o755)
+    real_flops = os.path.abspath(os.path.join(os.environ.get("SFTDP_BUILD_DIR") or "build", "bench", "bench_flops"))
+    if os.access(real_flops, os.X_OK):
+        (build / "bench" / "bench_flops").symlink_to(real_flops)
+    else:  # bench::train_flops of GPT-2 124M at B=8, T=64 (what the real one prints)
+        (build / "bench" / "bench_flops").write_text("#!/bin/sh\necho flops_per_step=405248311296 B=8 T=64\n")
+        (build / "bench" / "bench_flops").chmod(0o755)
+    res = tmp_path / "res"
+    res.mkdir()
+    env = dict(os.environ, RES=str(res), STEP="llmc_vs_sftdp", SFTDP_GPU_BUILD_DIR=str(build),
+               SFTDP_LLMC_BUILD_DIR=str(llmc_dir), SFTDP_PKG_ROOT=str(tmp_path / "pkgroot"), SFTDP_LLMC_T="64",
+               SFTDP_PEAK_TFLOPS="989", PATH=f"{bin_dir}:{os.environ['PATH']}")
+    env.pop("SFTDP_GPU_CHECK_DRY", None)
+    p = subprocess.run(["bash", SCRIPT, "_call", "llmc_vs_sftdp"], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    reports = list(res.glob("gpu_vs_llmc_*.md"))
+    assert len(reports) == 1, os.listdir(res)
+    text = reports[0].read_text()
+    assert "**Ratio sft-dp / llm.c (tokens/s, medians): 0.80×**" in text, text
+    assert "| llm.c train_gpt2cu (bf16) | 2 × 25 | 40.00 | 40.00 | 40.00 | 12800 |" in text, text
+    mfu = 100 * 405248311296 / 0.05 / 989e12
+    assert f"{mfu:.1f}%" in text and "B=8, T=64" in text
+    assert not list((res / "llmc" / "runs").glob("*/checkpoints")), "checkpoints removed"
+    assert str(tmp_path) not in text, "no path of the machine in the report"
 
 
 def test_usage(tmp_path):
