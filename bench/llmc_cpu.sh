@@ -40,7 +40,7 @@ commit="$(grep -oE 'commit [0-9a-f]{40}' "$SRC/../README.md" 2>/dev/null | head 
 sftdp="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src kernels include 2>/dev/null || echo ' + uncommitted changes in src/kernels/include')"
 facts=(
   "Date: $(date -u '+%Y-%m-%d %H:%M UTC'). Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem:/ {print $2}') GiB; load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)."
-  "sft-dp: $sftdp, $BUILD/sft_train ($(grep -m1 '^CMAKE_BUILD_TYPE' "$BUILD/CMakeCache.txt" 2>/dev/null | cut -d= -f2 || echo '?') build), OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2>/dev/null || echo '?') driven one thread per OpenMP block."
+  "sft-dp: $sftdp; $BUILD/sft_train ($(grep -m1 '^CMAKE_BUILD_TYPE' "$BUILD/CMakeCache.txt" 2>/dev/null | cut -d= -f2 || echo '?') build) linked $(date -u -r "$BUILD/sft_train" '+%Y-%m-%d %H:%M UTC'), OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2>/dev/null || echo '?') driven one thread per OpenMP block."
   "llm.c: ${commit:-commit unknown} (train_gpt2.c sha256 $(sha256sum "$SRC/train_gpt2.c" | cut -c1-12)), built \`make train_gpt2 CC=gcc\`: $(grep -m1 '^gcc ' "$WORK/make.log" | sed 's/ train_gpt2.c.*//'), $(gcc --version | head -1)."
   "One step, as each trainer times it: llm.c = its data batch + forward + zero_grad + backward + AdamW (no grad norm); sft_train = read rows + forward/backward + global-norm clipping + AdamW (metrics.jsonl step_time_s). Same tokens (llm.c's train file; sft-dp's rows are its stream cut in rows of T, every position weighted)."
 )
