@@ -337,16 +337,17 @@ def cost(records):
     return items
 
 
-CLASS_NAMES = OrderedDict([
-    ("gemm_bf16", "GEMMs, bf16 inputs (tensor cores, 70% of 989 TFLOP/s)"),
-    ("gemm_fp32", "GEMMs, fp32 inputs (CUDA cores, 70% of 67 TFLOP/s)"),
-    ("attention_tc", "attention, tensor cores (335 TFLOP/s)"),
-    ("attention_cuda", "attention, CUDA cores (17 TFLOP/s)"),
-    ("memory", "memory-bound kernels, memsets, device copies (80% of 3.35 TB/s)"),
-    ("collective", "NCCL collectives"),
-    ("host_copy", "host<->device copies"),
-    ("host", "host-only copies"),
-])
+def class_names():
+    return OrderedDict([
+        ("gemm_bf16", f"GEMMs, bf16 inputs (tensor cores, {GEMM_EFFICIENCY:.0%} of {PEAK_BF16_TFLOPS:.0f} TFLOP/s)"),
+        ("gemm_fp32", f"GEMMs, fp32 inputs (CUDA cores, {GEMM_EFFICIENCY:.0%} of {PEAK_FP32_TFLOPS:.0f} TFLOP/s)"),
+        ("attention_tc", f"attention, tensor cores ({ATTN_TC_TFLOPS:.0f} TFLOP/s)"),
+        ("attention_cuda", f"attention, CUDA cores ({ATTN_CUDA_TFLOPS:.0f} TFLOP/s)"),
+        ("memory", f"memory-bound kernels, memsets, device copies ({BANDWIDTH_EFFICIENCY:.0%} of {HBM_TBPS} TB/s)"),
+        ("collective", "NCCL collectives"),
+        ("host_copy", "host<->device copies"),
+        ("host", "host-only copies"),
+    ])
 
 
 def summarize(mark, items):
@@ -358,7 +359,7 @@ def summarize(mark, items):
             "model_tflop": flops / 1e12 if flops else None,
             "mfu": flops / (total_us * 1e-6) / (PEAK_BF16_TFLOPS * 1e12) if flops else None,
             "gemm_tflop": sum(i.flops for i in items if i.cls.startswith("gemm")) / 1e12,
-            "by_class_ms": {c: sum(i.us for i in items if i.cls == c) / 1e3 for c in CLASS_NAMES
+            "by_class_ms": {c: sum(i.us for i in items if i.cls == c) / 1e3 for c in class_names()
                             if any(i.cls == c for i in items)}}
 
 
@@ -374,12 +375,12 @@ def report(title, mark, items, top=8):
         out.append(f"{mark['model_name']} ({mark['block']}: L={mark['L']} C={mark['C']} F={mark['F']} V={mark['V']} "
                    f"NH={mark['NH']} KVH={mark['KVH']} HS={mark['HS']}), B={mark['B']}, T={mark['T']}, dtype "
                    f"{mark['dtype']}, {mark['weighted_positions']} of {mark['B'] * mark['T']} positions weighted.")
-    out.append(f"Predicted step on an {DEVICE}: **{fmt(s['predicted_ms'], 2)} ms**"
+    out.append(f"Predicted step on an {DEVICE} ({LAUNCH_US:g} µs per launch): **{fmt(s['predicted_ms'], 2)} ms**"
                + (f", MFU **{100 * s['mfu']:.1f}%** ({fmt(s['model_tflop'], 2)} TFLOP of model FLOPs per step, "
                   "bench::train_flops)" if mark else "") +
                f"; {s['operations']} device operations, {fmt(s['launch_overhead_ms'], 2)} ms of it launch overhead.")
     out += ["", "| class | operations | TFLOP | GB moved | predicted ms | share |", "|---|--:|--:|--:|--:|--:|"]
-    for c, label in CLASS_NAMES.items():
+    for c, label in class_names().items():
         sel = [i for i in items if i.cls == c]
         if not sel:
             continue
@@ -433,6 +434,7 @@ def record_step(build, overrides, path, real=False, extra_env=None):
 
 
 def main(argv=None):
+    global LAUNCH_US, GEMM_EFFICIENCY, BANDWIDTH_EFFICIENCY
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("records", nargs="*", help="record files to cost (default: record the default steps)")
     ap.add_argument("--step", action="append", help="key=value ... of a step to record (repeatable)")
@@ -441,7 +443,13 @@ def main(argv=None):
     ap.add_argument("--real", action="store_true", help="run the kernels while recording (slow)")
     ap.add_argument("--json", action="store_true", help="print the totals as JSON")
     ap.add_argument("--top", type=int, default=8, help="largest items listed per step")
+    ap.add_argument("--launch-us", type=float, help=f"per-operation overhead, µs (default {LAUNCH_US})")
+    ap.add_argument("--gemm-efficiency", type=float, help=f"of the GEMM peak (default {GEMM_EFFICIENCY})")
+    ap.add_argument("--bandwidth-efficiency", type=float, help=f"of HBM (default {BANDWIDTH_EFFICIENCY})")
     args = ap.parse_args(argv)
+    LAUNCH_US = LAUNCH_US if args.launch_us is None else args.launch_us
+    GEMM_EFFICIENCY = GEMM_EFFICIENCY if args.gemm_efficiency is None else args.gemm_efficiency
+    BANDWIDTH_EFFICIENCY = BANDWIDTH_EFFICIENCY if args.bandwidth_efficiency is None else args.bandwidth_efficiency
     paths = list(args.records)
     if not paths:
         build = args.build or default_build()
