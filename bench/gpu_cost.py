@@ -191,7 +191,8 @@ KERNELS = {
     "lora_dropout_kernel": K("lora.cu", "out inp rows key p keep_scale T C n", "memory",
                              lambda a: 2 * a.n, lambda a: 8 * a.n),
     # attention.cu, CUDA cores (fp32 math; the bf16 instances round q, k, v, dO as they read them). Per
-    # visible pair: forward q·k and p·v (4·HS); dq: q·k, dO·v, ds·k (6·HS); dk/dv: q·k, dO·v, ds·q, p·dO (8·HS)
+    # visible pair: forward q·k and p·v (4·HS); dq: q·k, dO·v, ds·k (6·HS); dk/dv: q·k, dO·v, ds·q, p·dO (8·HS).
+    # Causal pairs without segments; with segments (seg not null) fewer pairs are visible: an upper bound.
     "attention_fwd_kernel": K(
         "attention.cu", "out lse qkv seg T NH KVH HS", "attention_cuda",
         lambda a: 4 * a.HS * _attn_b(a, a.NH) * a.NH * causal_pairs(a.T),
@@ -210,7 +211,8 @@ KERNELS = {
     # attention_tc.cu, tensor cores on bf16 copies of q, k, v, dO (the casts are fp32_to_bf16_kernel lines).
     # Grid (tiles, heads, B); whole 64x64 tiles on and below the diagonal are computed (tile_pairs): forward
     # S = QKᵀ and O += PV (2 GEMMs), dK/dV: Sᵀ, dPᵀ, dV, dK (4), dQ: S, dP, dQ (3), each 2·64·64·HS per tile
-    # pair. HS from the dynamic shared memory (the template argument is not a kernel argument).
+    # pair. HS from the dynamic shared memory (the template argument is not a kernel argument). With segments
+    # tiles whose segment ranges do not meet are skipped: an upper bound then.
     "attention_tc_fwd_kernel": K(
         "attention_tc.cu", "out lse qkv seg ranges T NH KVH scale scale_log2", "attention_tc",
         lambda a: 2 * 2 * 64 * 64 * tc_head_size(a.smem, 5, 512) * a.grid[2] * a.NH * tile_pairs(a.T),
@@ -410,10 +412,13 @@ def report(title, mark, items, top=8):
 
 # ---- recording ----------------------------------------------------------------------------------------
 def default_build():
-    for d in (os.environ.get("SFTDP_BUILD_DIR"), "build-sim-b", "build-sim"):
+    """$SFTDP_BUILD_DIR, else the repository's build-sim-b or build-sim that has the recorder."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    candidates = [os.environ.get("SFTDP_BUILD_DIR")] + [os.path.join(root, d) for d in ("build-sim-b", "build-sim")]
+    for d in candidates:
         if d and os.path.exists(os.path.join(d, "bench", "gpu_step_record")):
             return d
-    return os.environ.get("SFTDP_BUILD_DIR") or "build-sim"
+    return os.environ.get("SFTDP_BUILD_DIR") or os.path.join(root, "build-sim")
 
 
 def record_step(build, overrides, path, real=False, extra_env=None):
