@@ -137,6 +137,7 @@ llmc_build() {  # from the carried copy (never built inside it): build-llmc/ is 
 llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating which goes first
   local d="$RES/llmc" B="${SFTDP_LLMC_B:-8}" T="${SFTDP_LLMC_T:-1024}" steps="${SFTDP_LLMC_STEPS:-30}"
   local rounds="${SFTDP_LLMC_ROUNDS:-2}" r who failed=0 args=() shown=()
+  local run_limit=60  # s per run (~10-15 s expected): a hung run still leaves the others and the report
   mkdir -p "$d" && printf 'run_name: llmc\n' >"$d/sft.yml"
   local keys=(model_name=gpt2-124m dtype=bfloat16 hardware=gpu global_batch_size="$B" max_target_length="$T"
               steps="$steps" learning_rate=3e-4 train_files="$d/train.h5" enable_data_shuffling=false
@@ -148,10 +149,10 @@ llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating 
   for ((r = 1; r <= rounds; r++)); do
     for who in $( ((r % 2)) && echo "llmc sftdp" || echo "sftdp llmc"); do
       if [[ $who == llmc ]]; then
-        x "${llmc[@]}" 2>&1 | tee "$d/llmc_$r.log" || { failed=1; echo "llm.c run $r failed"; }
+        x timeout -k 5 "$run_limit" "${llmc[@]}" 2>&1 | tee "$d/llmc_$r.log" || { failed=1; echo "llm.c run $r failed"; }
       else
-        x with_libs "$BUILD/sft_train" "$d/sft.yml" "${keys[@]}" run_name="sftdp_$r" 2>&1 | tee "$d/sftdp_$r.log" ||
-          { failed=1; echo "sft_train run $r failed"; }
+        x with_libs timeout -k 5 "$run_limit" "$BUILD/sft_train" "$d/sft.yml" "${keys[@]}" run_name="sftdp_$r" 2>&1 |
+          tee "$d/sftdp_$r.log" || { failed=1; echo "sft_train run $r failed"; }
         x rm -rf "$d/runs/sftdp_$r/checkpoints"  # the run's final checkpoint (1.5 GB), not needed
       fi
     done

@@ -143,6 +143,8 @@ def test_llmc_steps_commands(tmp_path):
             and ("train_gpt2cu " in line or "/sft_train " in line)]
     assert runs == ["llmc", "sftdp", "sftdp", "llmc", "llmc", "sftdp"], "3 rounds, first runner alternating"
     llmc = next(line for line in log if "train_gpt2cu " in line)
+    assert all("timeout -k 5 60 " in line for line in log if line.startswith("+ ") and "llmc_compare" not in line
+               and ("train_gpt2cu " in line or "/sft_train " in line)), "every run under its own timeout"
     for word in ("-e d12", "-b 8", "-t 1024", "-x 30", "-s 0", "-r 0", "/llmc/train.bin", "/llmc/val.bin"):
         assert word in llmc, (word, llmc)
     sft = [line for line in log if "/sft_train " in line and "llmc_compare.py" not in line]
@@ -197,7 +199,9 @@ def test_llmc_bench_mode_runs_the_llmc_steps_alone(tmp_path):
 
 STAND_IN_LLMC = r"""#!/usr/bin/env python3
 # stands in for llm.c's train_gpt2cu: its step lines (its printf format), 100 ms warm-up steps, then 40 ms
-import sys
+import os, sys
+if os.environ.get("STAND_IN_LLMC_FAILS"):
+    sys.exit("[CUDA ERROR] at file train_gpt2.cu:1: out of memory")
 a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 assert a["-e"] == "d12" and open(a["-i"], "rb").read(4) == (20240520).to_bytes(4, "little")
 B, T, n = int(a["-b"]), int(a["-t"]), int(a["-x"])
@@ -221,11 +225,10 @@ with open(os.path.join(run, "metrics.jsonl"), "w") as f:
 """
 
 
-def test_llmc_vs_sftdp_for_real_with_stand_ins(tmp_path):
+def run_with_stand_ins(tmp_path, llmc_fails=False):
     """Not a dry run: the step itself, with stand-ins for llm.c and sft_train that print and write what
     theirs do (and check that they were handed the files made for them), and bench_flops of the
-    build when there is one: the token files and .h5 are made, each run's output reaches the report,
-    the checkpoints are removed, and gpu_vs_llmc_<UTC>.md holds the ratio 50 ms -> 40 ms = 0.80."""
+    build when there is one. Returns (process, the report's text)."""
     llmc_dir, build = tmp_path / "build-llmc", tmp_path / "build"
     (build / "bench").mkdir(parents=True)
     llmc_dir.mkdir()
@@ -247,17 +250,33 @@ def test_llmc_vs_sftdp_for_real_with_stand_ins(tmp_path):
                SFTDP_LLMC_BUILD_DIR=str(llmc_dir), SFTDP_PKG_ROOT=str(tmp_path / "pkgroot"), SFTDP_LLMC_T="64",
                SFTDP_PEAK_TFLOPS="989", PATH=f"{bin_dir}:{os.environ['PATH']}")
     env.pop("SFTDP_GPU_CHECK_DRY", None)
+    if llmc_fails:
+        env["STAND_IN_LLMC_FAILS"] = "1"
     p = subprocess.run(["bash", SCRIPT, "_call", "llmc_vs_sftdp"], env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stdout + p.stderr
     reports = list(res.glob("gpu_vs_llmc_*.md"))
-    assert len(reports) == 1, os.listdir(res)
-    text = reports[0].read_text()
+    assert len(reports) == 1, (os.listdir(res), p.stdout + p.stderr)
+    assert not list((res / "llmc" / "runs").glob("*/checkpoints")), "checkpoints removed"
+    return p, reports[0].read_text()
+
+
+def test_llmc_vs_sftdp_for_real_with_stand_ins(tmp_path):
+    """The token files and .h5 are made, each run's output reaches the report, and gpu_vs_llmc_<UTC>.md
+    holds the ratio of the stand-ins' step times, 50 ms -> 40 ms = 0.80, and their MFU."""
+    p, text = run_with_stand_ins(tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
     assert "**Ratio sft-dp / llm.c (tokens/s, medians): 0.80×**" in text, text
     assert "| llm.c train_gpt2cu (bf16) | 2 × 25 | 40.00 | 40.00 | 40.00 | 12800 |" in text, text
     mfu = 100 * 405248311296 / 0.05 / 989e12
     assert f"{mfu:.1f}%" in text and "B=8, T=64" in text
-    assert not list((res / "llmc" / "runs").glob("*/checkpoints")), "checkpoints removed"
     assert str(tmp_path) not in text, "no path of the machine in the report"
+
+
+def test_a_failing_llmc_run_still_gives_the_report_and_fails_the_step(tmp_path):
+    p, text = run_with_stand_ins(tmp_path, llmc_fails=True)
+    assert p.returncode == 1
+    assert "llm.c run 1 failed" in p.stdout and "out of memory" in p.stdout
+    assert "not measured" in text and "| sft-dp sft_train dtype=bfloat16 | 2 × 25 | 50.00 |" in text
+    assert "FAILED: llm.c train_gpt2cu (bf16): 0 timed steps" in text
 
 
 def test_usage(tmp_path):
