@@ -12,9 +12,24 @@
 // Σ dO·O; the CPU twin sums D from its own P and dP instead (kernels/cpu/attention.cpp says why).
 // Accumulation: out =, lse =; dqkv = (overwritten; a k/v head's gradient sums its NH/KVH query
 // heads in increasing h). Deterministic: no atomics, every sum in an order fixed by the shape.
+// dtype: bfloat16 (the cuda-bf16 Ops table): the tensor-core kernels (kernels/cuda/attention_tc.cu) for
+// head sizes 16..128 in steps of 16, after FlashAttention-2 with bf16 q, k, v, dO, P and dS as GEMM inputs
+// and fp32 accumulation; other head sizes keep the CUDA-core kernel on bf16-rounded inputs.
+// cpu::attention_{fwd,bwd}_bf16 compute the same, rounding for rounding (kernels/cpu/attention_bf16.cpp).
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+
+// What both twins of the bf16 attention share: its tiles, its softmax scale and which head sizes run on
+// tensor cores.
+namespace sftdp::attention_bf16 {
+constexpr int kTile = 64;                        // query rows and keys per tile, aligned at multiples of 64
+constexpr float kLog2e = 1.4426950408889634f;   // exp(x) = exp2(x·log2 e)
+inline float scale(int HS) { return 1.0f / std::sqrt(static_cast<float>(HS)); }
+inline float scale_log2(int HS) { return scale(HS) * kLog2e; }
+inline bool tensor_cores(int HS) { return HS >= 16 && HS <= 128 && HS % 16 == 0; }
+}  // namespace sftdp::attention_bf16
 
 namespace sftdp::cpu {
 void attention_fwd(float* out, float* lse,                // (B,T,NH·HS) (B,NH,T)
@@ -30,6 +45,12 @@ void attention_bwd(float* dqkv,                          // (B,T,QKV) =
 // backward one fp32 k and v gradient per query head when KVH < NH. Linear in T: what the memory
 // plan counts beside the activations.
 size_t attention_scratch_bytes(int B, int T, int NH, int KVH, int HS, int threads);
+// The bf16 table's attention (see the top of this file) on the CPU, for tests: same arguments and
+// layouts, the GPU's tiles, roundings and summation orders (plain loops; not for training).
+void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
+                        int HS);
+void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        const int32_t* seg, int B, int T, int NH, int KVH, int HS);
 }  // namespace sftdp::cpu
 
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
@@ -49,5 +70,12 @@ void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t*
                         int HS, cudaStream_t stream);
 void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+// The cuda-bf16 table's entries (kernels/cuda/attention_tc.cu): tensor cores where
+// attention_bf16::tensor_cores(HS), else attention_{fwd,bwd}_bf16 above. The lse is the forward's own
+// (natural log), for its own backward.
+void attention_tc_fwd(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
+                      int HS, cudaStream_t stream);
+void attention_tc_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                      const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
 }  // namespace sftdp::cuda
 #endif

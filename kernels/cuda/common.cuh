@@ -37,7 +37,10 @@ enum class Scratch : int {
   kGemmWorkspace,     // gemm.cu: cuBLASLt workspace
   kGemmA16,           // gemm.cu: bf16 copy of the first GEMM input
   kGemmB16,           // gemm.cu: bf16 copy of the second GEMM input
-  kAttnDelta,         // attention.cu: D = Σ P·dP per (b, h, t), backward
+  kAttnDelta,         // attention.cu, attention_tc.cu: D per (b, h, t), backward
+  kAttnQkv16,         // attention_tc.cu: bf16 copy of q, k, v
+  kAttnDout16,        // attention_tc.cu: bf16 copy of dO, backward
+  kAttnRanges,        // attention_tc.cu: (min, max) segment id per 64-row tile
   kEncoderBuckets,    // encoder.cu: token/position buckets built on the host
   kCount
 };

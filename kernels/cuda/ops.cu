@@ -72,7 +72,7 @@ constexpr decltype(cpu_fn) on_stream() {
 }
 
 // The two tables differ only in the Linear layers' (and LoRA adapters') GEMM inputs (GemmInputs in kernels/ops.h) and
-// attention's q, k, v and dO, read as bf16 in the bf16 table.
+// attention: the bf16 table's runs on tensor cores (kernels/cuda/attention_tc.cu) with bf16 q, k, v, dO, P and dS.
 template <GemmInputs inputs>
 constexpr Ops make_cuda_ops() {
   constexpr bool bf16 = inputs == GemmInputs::kBf16;
@@ -94,9 +94,9 @@ constexpr Ops make_cuda_ops() {
                          : on_stream<&cpu::matmul_fwd, &cuda::matmul_fwd>(),
       .matmul_bwd = bf16 ? on_stream<&cpu::matmul_bwd, &cuda::matmul_bwd_bf16>()
                          : on_stream<&cpu::matmul_bwd, &cuda::matmul_bwd>(),
-      .attention_fwd = bf16 ? on_stream<&cpu::attention_fwd, &cuda::attention_fwd_bf16>()
+      .attention_fwd = bf16 ? on_stream<&cpu::attention_fwd, &cuda::attention_tc_fwd>()
                             : on_stream<&cpu::attention_fwd, &cuda::attention_fwd>(),
-      .attention_bwd = bf16 ? on_stream<&cpu::attention_bwd, &cuda::attention_bwd_bf16>()
+      .attention_bwd = bf16 ? on_stream<&cpu::attention_bwd, &cuda::attention_tc_bwd>()
                             : on_stream<&cpu::attention_bwd, &cuda::attention_bwd>(),
       .gelu_fwd = on_stream<&cpu::gelu_fwd, &cuda::gelu_fwd>(),
       .gelu_bwd = on_stream<&cpu::gelu_bwd, &cuda::gelu_bwd>(),

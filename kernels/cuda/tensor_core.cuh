@@ -42,8 +42,7 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], 
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%10,%11,%12,%13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-        "f"(c[3]));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 #endif
 }
 
@@ -73,7 +72,10 @@ __device__ __forceinline__ void ldmatrix(uint32_t r[kNum], const void* row SFTDP
                  : "r"(s)
                  : "memory");
   else if constexpr (kNum == 2)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s) : "memory");
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(s)
+                 : "memory");
   else if constexpr (kTrans)
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(s) : "memory");
   else
@@ -122,7 +124,7 @@ __device__ __forceinline__ void cp_async_wait(SFTDP_TC_SITE_ONLY) {
 #ifdef SFTDP_CUDA_SIM
 #define SFTDP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sftdp::sim::dynamic_shared())
 #else
-#define SFTDP_DYNAMIC_SHARED(T, name)                          \
+#define SFTDP_DYNAMIC_SHARED(T, name)                         \
   extern __shared__ __align__(16) unsigned char name##_raw[]; \
   T* name = reinterpret_cast<T*>(name##_raw)
 #endif

@@ -36,11 +36,16 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // kernels/cuda/gemm.c
 
 // The CUDA path's own working memory beside the model's buffers (kernels/cuda/common.cuh's scratch
 // slots), an estimate from above: the cuBLASLt workspace, bf16 copies of the largest GEMM operands,
-// column partials, the cross-entropy rows, attention's D and the encoder's buckets.
+// column partials, the cross-entropy rows, attention's D and the encoder's buckets; with bf16 GEMM
+// inputs also the tensor-core attention's bf16 copies of q, k, v and dO and its tiles' segment ranges.
 size_t cuda_scratch_bytes(const config::ModelDims& d, int B, int T, bool bf16, int head_rows) {
   const size_t N = size_t(B) * T, widest = std::max<size_t>({size_t(d.C), 2 * size_t(d.F), size_t(d.qkv_dim())});
   const size_t largest = std::max({N * widest, size_t(d.V) * d.C, size_t(head_rows) * d.V, 2 * size_t(d.F) * d.C});
-  const size_t bf16_copies = bf16 ? 2 * largest * 2 : 0;
+  const size_t tiles = (size_t(T) + attention_bf16::kTile - 1) / attention_bf16::kTile;
+  const size_t attention_copies = bf16 && attention_bf16::tensor_cores(d.head_size())
+                                      ? N * (size_t(d.qkv_dim()) + d.attn_dim()) * 2 + size_t(B) * tiles * 8
+                                      : 0;
+  const size_t bf16_copies = bf16 ? 2 * largest * 2 + attention_copies : 0;
   const size_t partials = (N / 128 + 1) * widest * 2 * sizeof(float);
   return kGemmWorkspaceBytes + bf16_copies + partials + N * 2 * sizeof(double) + size_t(B) * d.NH * T * sizeof(float) +
          7 * N * sizeof(int32_t);

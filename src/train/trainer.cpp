@@ -101,6 +101,16 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   log::info("sft-dp: %s %s, %d rank(s) x GA %lld x %lld rows = global batch %lld, T=%d, %zu params",
             config::block_name(dims).c_str(), dev.ops->name, plan.world_size, (long long)plan.ga_steps, (long long)plan.micro_batch,
             (long long)plan.global_batch, T, model.layout().total);
+  if (dev.gpu) {  // which attention kernel runs (kernels/attention.h)
+    const int HS = dims.head_size();
+    if (!gemm_inputs_bf16(*dev.ops))
+      log::info("attention: CUDA cores, fp32 (dtype float32)");
+    else if (attention_bf16::tensor_cores(HS))
+      log::info("attention: tensor cores (mma.sync bf16, flash attention), head size %d", HS);
+    else
+      log::info("attention: CUDA cores on bf16-rounded inputs: head size %d has no tensor-core kernel "
+                "(16..128 in steps of 16 do)", HS);
+  }
   log::info("data: %lld rows, %lld steps per epoch, %lld rows left over per epoch (not used)",
             (long long)train_data.rows(), (long long)steps_per_epoch,
             (long long)sampler.rows_left_over());

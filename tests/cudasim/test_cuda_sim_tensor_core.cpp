@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+// The simulator's device side before any CUDA header, as its build force-includes it into .cu files.
 #include "sim_test_util.h"
 
 #include "kernels/cuda/common.cuh"
@@ -148,8 +149,7 @@ __global__ void dynamic_shared_kernel(uint32_t* out, int words) {
   SFTDP_DYNAMIC_SHARED(uint32_t, s);
   for (int i = static_cast<int>(threadIdx.x); i < words; i += static_cast<int>(blockDim.x)) s[i] = 7u * i;
   __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < words; i += static_cast<int>(blockDim.x))
-    out[i] = s[words - 1 - i];
+  for (int i = static_cast<int>(threadIdx.x); i < words; i += static_cast<int>(blockDim.x)) out[i] = s[words - 1 - i];
 }
 
 class SimTensorCore : public SimTest {
@@ -363,13 +363,15 @@ TEST_F(SimTensorCore, DynamicSharedMemoryAbove48KiBNeedsTheOptIn) {
   SFTDP_LAUNCH(dynamic_shared_kernel, 1, 256, kWords * 4, stream_, out, kWords);
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
   EXPECT_REPORT("launch", "dynamic_shared_kernel", "98304 bytes of dynamic shared memory", "opt-in");
-  ASSERT_EQ(cudaFuncSetAttribute(reinterpret_cast<const void*>(dynamic_shared_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, kWords * 4),
+  ASSERT_EQ(cudaFuncSetAttribute(reinterpret_cast<const void*>(dynamic_shared_kernel),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kWords * 4),
             cudaSuccess);
   SFTDP_LAUNCH(dynamic_shared_kernel, 1, 256, kWords * 4, stream_, out, kWords);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   const auto got = host(out, kWords);
   for (int i = 0; i < kWords; ++i) ASSERT_EQ(got[i], 7u * (kWords - 1 - i)) << i;
-  EXPECT_EQ(cudaFuncSetAttribute(reinterpret_cast<const void*>(dynamic_shared_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, 228 << 10),
+  EXPECT_EQ(cudaFuncSetAttribute(reinterpret_cast<const void*>(dynamic_shared_kernel),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 228 << 10),
             cudaErrorInvalidValue);
   (void)cudaGetLastError();
 }

@@ -1,0 +1,247 @@
+// kernels/cpu/attention_bf16.cpp — the CPU twin of the bf16 table's attention (kernels/attention.h): for
+// head sizes on tensor cores, kernels/cuda/attention_tc.cu's arithmetic written as plain loops, rounding
+// for rounding, so that the two agree to fp32 accumulation order (they are bitwise equal on the CUDA
+// simulator). What it reproduces (Tt = 64, scale = 1/√HS, s2 = scale·log2 e, bf16() = round to nearest
+// even):
+//   an mma step: acc = fp32(acc + Σ_{16 k} a·b), the sum in fp64 (the simulator's model of mma.sync),
+//     S and dP over the head dimension in steps of 16, P·V and the gradients over keys / queries in
+//     chunks of 16 aligned at multiples of 16;
+//   forward: key tiles [kt·64, kt·64 + 64) for kt <= qt whose segment-id ranges meet the query tile's,
+//     increasing; S masked to −inf; m' = max(m, S), shift = m'·s2 (0 while m' = −inf), α = exp2((m − m')·s2)
+//     (1 while m' = −inf), P = exp2(fma(S, s2, −shift)), the row sum as the GPU's four lanes sum it
+//     (lane t: columns 8n + 2t, 8n + 2t + 1 for n = 0..7 in order, then (t0 + t1) + (t2 + t3)),
+//     l = fma(l, α, sum), O = O·α then += bf16(P)·bf16(V); out = O·(1/l), lse = fma(m, scale, log l);
+//   backward: D = the warp butterfly of 32 lanes' fma sums of bf16(dO)·O (lane l: i = l, l + 32, ...),
+//     P = exp2(fma(S, s2, −lse·log2 e)) (0 where invisible), dS = P·(dP − D), dV = Σ bf16(P)·bf16(dO) and
+//     dK = scale·Σ bf16(dS)·bf16(q) over the group's heads in increasing h, then queries in increasing
+//     chunks; dQ = scale·Σ bf16(dS)·bf16(k) over keys in increasing chunks.
+// Built with -ffp-contract=off (CMakeLists.txt): every other a·b + c rounds twice, as written. Other head
+// sizes: the fp32 attention (kernels/cpu/attention.cpp) of bf16-rounded inputs, as the GPU's fallback.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/bf16.h"
+#include "sftdp/check.h"
+
+namespace sftdp::cpu {
+namespace {
+
+using attention_bf16::kLog2e;
+using attention_bf16::kTile;
+constexpr int kChunk = 16;  // an mma's k
+constexpr float kMasked = -std::numeric_limits<float>::infinity();
+
+std::vector<float> rounded(const float* x, size_t n) {
+  std::vector<uint16_t> bits(n);
+  std::vector<float> r(n);
+  bf16_pack(bits.data(), x, n);
+  bf16_unpack(r.data(), bits.data(), n);
+  return r;
+}
+float round_bf16(float x) {
+  uint16_t b;
+  float r;
+  bf16_pack(&b, &x, 1);
+  bf16_unpack(&r, &b, 1);
+  return r;
+}
+
+// One mma step of one output element: acc + Σ_{i<16} a[i·sa]·b[i·sb], in fp64, rounded to fp32 once.
+float mma_step(float acc, const float* a, size_t sa, const float* b, size_t sb) {
+  double d = acc;
+  for (int i = 0; i < kChunk; ++i) d += static_cast<double>(a[i * sa]) * static_cast<double>(b[i * sb]);
+  return static_cast<float>(d);
+}
+// A dot product over HS as the tensor cores take it: HS / 16 chained steps from 0.
+float mma_dot(const float* a, const float* b, int HS) {
+  float acc = 0.f;
+  for (int k = 0; k < HS; k += kChunk) acc = mma_step(acc, a + k, 1, b + k, 1);
+  return acc;
+}
+
+// Per batch row: the (min, max) segment id of each 64-row tile, and whether two tiles' ranges meet.
+struct TileRanges {
+  std::vector<int32_t> lo, hi;
+  bool meet(int qt, int kt) const { return lo.empty() || (lo[qt] <= hi[kt] && lo[kt] <= hi[qt]); }
+};
+TileRanges tile_ranges(const int32_t* seg_row, int T) {
+  TileRanges r;
+  if (!seg_row) return r;
+  const int tiles = (T + kTile - 1) / kTile;
+  r.lo.assign(tiles, std::numeric_limits<int32_t>::max());
+  r.hi.assign(tiles, std::numeric_limits<int32_t>::min());
+  for (int t = 0; t < T; ++t)
+    r.lo[t / kTile] = std::min(r.lo[t / kTile], seg_row[t]), r.hi[t / kTile] = std::max(r.hi[t / kTile], seg_row[t]);
+  return r;
+}
+
+bool visible(int t, int j, int T, const int32_t* seg_row) {
+  return j <= t && j < T && t < T && (!seg_row || seg_row[j] == seg_row[t]);
+}
+
+void check_dims(const char* op, int B, int T, int NH, int KVH, int HS) {
+  SFTDP_ASSERT(B >= 0 && T > 0 && NH > 0 && KVH > 0 && HS > 0 && NH % KVH == 0,
+               std::string(op) + ": need T, HS > 0 and NH a positive multiple of KVH");
+}
+
+}  // namespace
+
+void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
+                        int HS) {
+  check_dims("attention_fwd_bf16", B, T, NH, KVH, HS);
+  const int QKV = (NH + 2 * KVH) * HS, G = NH / KVH, OC = NH * HS;
+  const std::vector<float> x = rounded(qkv, static_cast<size_t>(B) * T * QKV);
+  if (!attention_bf16::tensor_cores(HS)) return attention_fwd(out, lse, x.data(), seg, B, T, NH, KVH, HS);
+  const float scale = attention_bf16::scale(HS), s2 = attention_bf16::scale_log2(HS);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const float* rows = x.data() + static_cast<size_t>(b) * T * QKV;
+      const int32_t* sg = seg ? seg + static_cast<size_t>(b) * T : nullptr;
+      const TileRanges ranges = tile_ranges(sg, T);
+      const int ko = (NH + h / G) * HS, vo = (NH + KVH + h / G) * HS;
+      std::vector<float> o(HS), s(kTile);
+      for (int t = 0; t < T; ++t) {
+        const float* q = rows + static_cast<size_t>(t) * QKV + h * HS;
+        float m = kMasked, l = 0.f;
+        std::fill(o.begin(), o.end(), 0.f);
+        const int qt = t / kTile;
+        for (int kt = 0; kt <= qt; ++kt) {
+          if (!ranges.meet(qt, kt)) continue;
+          const int k0 = kt * kTile;
+          float mx = m;
+          for (int c = 0; c < kTile; ++c) {
+            const int j = k0 + c;
+            s[c] = visible(t, j, T, sg) ? mma_dot(q, rows + static_cast<size_t>(j) * QKV + ko, HS) : kMasked;
+            mx = std::max(mx, s[c]);  // max is exact in any order
+          }
+          const float shift = mx == kMasked ? 0.f : mx * s2;
+          const float alpha = mx == kMasked ? 1.f : std::exp2((m - mx) * s2);
+          m = mx;
+          float lane[4] = {0.f, 0.f, 0.f, 0.f};
+          for (int n = 0; n < kTile / 8; ++n)
+            for (int tq = 0; tq < 4; ++tq)
+              for (int e = 0; e < 2; ++e) {
+                float& p = s[n * 8 + 2 * tq + e];
+                p = std::exp2(std::fma(p, s2, -shift));
+                lane[tq] += p;
+              }
+          l = std::fma(l, alpha, (lane[0] + lane[1]) + (lane[2] + lane[3]));
+          for (int i = 0; i < HS; ++i) o[i] *= alpha;
+          for (int c = 0; c < kTile; ++c) s[c] = round_bf16(s[c]);
+          for (int c0 = 0; c0 < kTile; c0 += kChunk)  // O += bf16(P)·V; keys past T are zero rows on the GPU
+            for (int i = 0; i < HS; ++i) {
+              double d = o[i];
+              for (int c = c0; c < c0 + kChunk; ++c)
+                if (k0 + c < T) d += static_cast<double>(s[c]) * rows[static_cast<size_t>(k0 + c) * QKV + vo + i];
+              o[i] = static_cast<float>(d);
+            }
+        }
+        const float inv = 1.f / l;
+        float* orow = out + (static_cast<size_t>(b) * T + t) * OC + h * HS;
+        for (int i = 0; i < HS; ++i) orow[i] = o[i] * inv;
+        lse[(static_cast<size_t>(b) * NH + h) * T + t] = std::fma(m, scale, std::log(l));
+      }
+    }
+}
+
+void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        const int32_t* seg, int B, int T, int NH, int KVH, int HS) {
+  check_dims("attention_bwd_bf16", B, T, NH, KVH, HS);
+  const int QKV = (NH + 2 * KVH) * HS, G = NH / KVH, OC = NH * HS;
+  const std::vector<float> x = rounded(qkv, static_cast<size_t>(B) * T * QKV);
+  const std::vector<float> g = rounded(dout, static_cast<size_t>(B) * T * OC);
+  if (!attention_bf16::tensor_cores(HS))
+    return attention_bwd(dqkv, g.data(), x.data(), out, lse, seg, B, T, NH, KVH, HS);
+  const float scale = attention_bf16::scale(HS), s2 = attention_bf16::scale_log2(HS);
+  const int tiles = (T + kTile - 1) / kTile, Tp = tiles * kTile;  // padded to whole tiles, as on the GPU
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int kvh = 0; kvh < KVH; ++kvh) {
+      const size_t bT = static_cast<size_t>(b) * T;
+      const float* rows = x.data() + bT * QKV;
+      const float* grows = g.data() + bT * OC;
+      const int32_t* sg = seg ? seg + bT : nullptr;
+      const TileRanges ranges = tile_ranges(sg, T);
+      const int ko = (NH + kvh) * HS, vo = (NH + KVH + kvh) * HS;
+      std::vector<float> P(static_cast<size_t>(Tp) * Tp), dS(static_cast<size_t>(Tp) * Tp), D(T);
+      std::vector<float> dk(static_cast<size_t>(T) * HS, 0.f), dv(static_cast<size_t>(T) * HS, 0.f);
+      for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
+        for (int t = 0; t < T; ++t) {  // D: 32 lanes' fma sums, then the butterfly
+          const float* gr = grows + static_cast<size_t>(t) * OC + h * HS;
+          const float* orow = out + (bT + t) * OC + h * HS;
+          float lane[32];
+          for (int l = 0; l < 32; ++l) {
+            lane[l] = 0.f;
+            for (int i = l; i < HS; i += 32) lane[l] = std::fma(gr[i], orow[i], lane[l]);
+          }
+          for (int off = 16; off > 0; off /= 2) {
+            float next[32];
+            for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ off];
+            std::memcpy(lane, next, sizeof lane);
+          }
+          D[t] = lane[0];
+        }
+        // P and dS (rounded to bf16, as the GEMMs read them) for every pair; 0 past T and where invisible
+        std::fill(P.begin(), P.end(), 0.f);
+        std::fill(dS.begin(), dS.end(), 0.f);
+        const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * T;
+        for (int t = 0; t < T; ++t)
+          for (int j = 0; j <= t; ++j) {
+            if (!visible(t, j, T, sg) || !ranges.meet(t / kTile, j / kTile)) continue;
+            const float* q = rows + static_cast<size_t>(t) * QKV + h * HS;
+            const float sc = mma_dot(q, rows + static_cast<size_t>(j) * QKV + ko, HS);
+            const float p = std::exp2(std::fma(sc, s2, -(lse_h[t] * kLog2e)));
+            const float dp =
+                mma_dot(grows + static_cast<size_t>(t) * OC + h * HS, rows + static_cast<size_t>(j) * QKV + vo, HS);
+            P[static_cast<size_t>(t) * Tp + j] = round_bf16(p);
+            dS[static_cast<size_t>(t) * Tp + j] = round_bf16(p * (dp - D[t]));
+          }
+        // dQ of head h: keys in chunks of 16, increasing
+        for (int t = 0; t < T; ++t) {
+          float* dq = dqkv + (bT + t) * QKV + h * HS;
+          for (int i = 0; i < HS; ++i) {
+            float acc = 0.f;
+            for (int j0 = 0; j0 < Tp; j0 += kChunk) {
+              if (j0 / kTile > t / kTile || !ranges.meet(t / kTile, j0 / kTile)) continue;  // a tile never read
+              double d = acc;
+              for (int j = j0; j < j0 + kChunk; ++j)
+                if (j < T)
+                  d += static_cast<double>(dS[static_cast<size_t>(t) * Tp + j]) *
+                       rows[static_cast<size_t>(j) * QKV + ko + i];
+              acc = static_cast<float>(d);
+            }
+            dq[i] = acc * scale;
+          }
+        }
+        // dK, dV of the k/v head: this head's queries in chunks of 16, increasing, after the heads before it
+        for (int j = 0; j < T; ++j)
+          for (int i = 0; i < HS; ++i) {
+            float ak = dk[static_cast<size_t>(j) * HS + i], av = dv[static_cast<size_t>(j) * HS + i];
+            for (int t0 = 0; t0 < Tp; t0 += kChunk) {
+              if (t0 / kTile < j / kTile || !ranges.meet(t0 / kTile, j / kTile)) continue;  // a tile never read
+              double dK = ak, dV = av;
+              for (int t = t0; t < t0 + kChunk && t < T; ++t) {
+                const size_t tj = static_cast<size_t>(t) * Tp + j;
+                dK += static_cast<double>(dS[tj]) * rows[static_cast<size_t>(t) * QKV + h * HS + i];
+                dV += static_cast<double>(P[tj]) * grows[static_cast<size_t>(t) * OC + h * HS + i];
+              }
+              ak = static_cast<float>(dK), av = static_cast<float>(dV);
+            }
+            dk[static_cast<size_t>(j) * HS + i] = ak, dv[static_cast<size_t>(j) * HS + i] = av;
+          }
+      }
+      for (int j = 0; j < T; ++j)
+        for (int i = 0; i < HS; ++i) {
+          dqkv[(bT + j) * QKV + ko + i] = dk[static_cast<size_t>(j) * HS + i] * scale;
+          dqkv[(bT + j) * QKV + vo + i] = dv[static_cast<size_t>(j) * HS + i];
+        }
+    }
+}
+
+}  // namespace sftdp::cpu
