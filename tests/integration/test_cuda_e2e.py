@@ -5,7 +5,8 @@ is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequ
   the Llama family (GQA, RoPE, SwiGLU, untied head) as well; two GPU runs are bitwise equal;
 - 2 ranks over NCCL (one simulated GPU each) vs 1 GPU rank (the §1 factorisation) and vs 2 CPU
   ranks; zero_stage 1 and allreduce_overlap on 2 GPU ranks equal the plain 2-rank run;
-- dtype bfloat16 tracks fp32 (5e-2) without being it, and its bf16 activation storage is bitwise
+- dtype bfloat16 (attention on tensor cores) tracks fp32 (5e-2) without being it, 2 ranks of it equal
+  1 rank (1e-5), the log names the tensor-core attention, and its bf16 activation storage is bitwise
   weight_dtype bfloat16's fp32 storage (both round the GEMM inputs); remat on the GPU is bitwise
   remat off;
 - resume from a CPU checkpoint on the GPU, and from a GPU checkpoint on the CPU, continue the
@@ -143,6 +144,18 @@ def test_bf16_tracks_fp32(runs):
 
 
 @pytest.mark.parametrize("model", list(MODELS))
+def test_bf16_on_tensor_cores_two_ranks_are_one_big_batch(runs, model, note):
+    # dtype bfloat16 runs attention on tensor cores (head size 16 in both tiny models); 2 ranks over
+    # NCCL are the 1-rank run up to the order of the gradient sums.
+    one = runs(f"{model}_gpu_bf16", model, hardware="gpu", dtype="bfloat16")
+    two = runs(f"{model}_gpu_bf16_w2", model, world=2, hardware="gpu", dtype="bfloat16")
+    note(f"cuda e2e {model} bf16 (tensor-core attention): 2 GPU ranks vs 1: losses "
+         f"{rel(losses(two[0]), losses(one[0])):.1e}, params {max_rel(two[1]['params'], one[1]['params']):.1e}")
+    assert rel(losses(two[0]), losses(one[0])) <= 1e-5
+    assert max_rel(two[1]["params"], one[1]["params"]) <= 1e-4
+
+
+@pytest.mark.parametrize("model", list(MODELS))
 def test_bf16_activation_storage_is_bitwise_the_bf16_gemm_path(cfg, runs, workdir, model):
     # dtype bfloat16 keeps the GEMM-only activations as bf16; weight_dtype bfloat16 alone gives the
     # same bf16-rounded GEMM inputs with fp32 storage.
@@ -152,6 +165,7 @@ def test_bf16_activation_storage_is_bitwise_the_bf16_gemm_path(cfg, runs, workdi
     p = run_train(cfg[model], {"base_output_directory": f"{workdir}/{model}_bf16_log", "hardware": "gpu",
                                "dtype": "bfloat16", "steps": 1}, env_extra=GPUS)
     assert "GEMM inputs kept as bf16" in p.stdout, p.stdout
+    assert "attention: tensor cores (mma.sync bf16, flash attention), head size 16" in p.stdout, p.stdout
 
 
 def test_remat_on_the_gpu_is_bitwise_remat_off(runs):
