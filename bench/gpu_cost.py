@@ -33,7 +33,6 @@ The model (each assumption is a constant below):
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
