@@ -68,6 +68,7 @@ struct Ops {
   decltype(&cpu::sum_squares) sum_squares;
   decltype(&cpu::bf16_pack) bf16_pack;  // bf16 activation storage (dtype: bfloat16)
   decltype(&cpu::bf16_unpack) bf16_unpack;
+  decltype(&cpu::bf16_mirror) bf16_mirror;  // bf16 copies the bf16 GEMMs read (kernels/bf16.h)
   decltype(&cpu::lora_fwd) lora_fwd;  // LoRA adapters (issue 17): Linear-layer GEMMs, as matmul
   decltype(&cpu::lora_bwd) lora_bwd;
   decltype(&cpu::lora_dropout) lora_dropout;

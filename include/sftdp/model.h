@@ -18,6 +18,10 @@
 // their fp32 buffers are one set all blocks share, refilled from the bf16 copy before each block's
 // backward. Those GEMMs read bf16-rounded inputs anyway (GemmInputs::kBf16), so results are
 // bitwise those of keeping them in fp32. (Not with LoRA dropout, which scales x before rounding.)
+// Those GEMMs read the bf16 copies in place (bf16_mirror), and the parameters through one bf16 copy
+// made at the start of each pass, instead of rounding their inputs again: in backward the shared fp32
+// set is then not refilled at all where every GEMM that reads it can take the copy (C and F multiples
+// of 8), since nothing but GEMMs reads it.
 // With LoRA (issue 17), the base parameters are frozen: the families skip every base weight
 // gradient (the kernels take null weight gradients) and add each adapter's y += s·B(A x) after its
 // Linear layer; the trainable parameters are the adapters alone, in their own flat buffer
@@ -179,6 +183,11 @@ class Model {
 
   bool remat() const { return remat_; }
   bool bf16_activations() const { return bf16_acts_; }
+  // On the bf16-GEMM table, each pass rounds the parameters to a bf16 copy once and the GEMMs read it
+  // (and the bf16 activation copies) in place instead of rounding their inputs again (kernels/bf16.h's
+  // bf16_mirror): bitwise the same results. false: every GEMM rounds its own inputs (for tests).
+  void set_bf16_mirrors(bool on) { mirrors_ = on; }
+  bool bf16_mirrors() const { return params16_ && mirrors_; }
   // Bytes of the family's activation buffers (per-block activations, the embedding and final
   // norm outputs, the activation-gradient scratch), on the device; not the parameters, gradients,
   // micro-batch or the head's chunk buffers. remat_saved_bytes(): what remat saves, i.e. the
@@ -218,6 +227,9 @@ class Model {
   int32_t* alloc_ints(size_t n);
   // alloc_floats for the family's activation buffers: counted in activation_bytes().
   float* alloc_acts(size_t n);
+  // The GEMMs' bf16 copy of [src, src + n) is `copy` (made by bf16_pack) from here until the slot is
+  // set again or the pass ends: bf16_mirror when bf16_mirrors(), else nothing.
+  void mirror(int slot, const float* src, const uint16_t* copy, size_t n) const;
   // n bf16 values (their 16 bits) of activation storage, counted in activation_bytes().
   uint16_t* alloc_acts_bf16(size_t n);
   // The family's forward pass for B rows from params_ and io_, up to hidden_ (the final norm's
@@ -267,6 +279,10 @@ class Model {
   std::vector<Adapter> adapters_;
   std::vector<std::array<std::vector<int>, 4>> adapters_at_;  // [layer][site]: indices into adapters_
   float* lora_params_ = nullptr;
+  uint16_t* params16_ = nullptr;  // bf16 copy of params_, the bf16-GEMM table only (bf16_mirrors())
+  bool mirrors_ = true;
+  void begin_pass();  // params16_ = bf16(params_), its mirror registered
+  void end_pass();    // every mirror cleared
   float *lora_du_ = nullptr, *lora_x_ = nullptr, *lora_dx_ = nullptr;  // scratch; the last two with dropout
   int64_t* row_ids_ = nullptr;  // (max_B): the micro-batch's rows in the training data (dropout)
   int64_t step_ = 0;

@@ -31,4 +31,6 @@ void bf16_unpack(float* out, const uint16_t* inp, size_t N) {
   }
 }
 
+void bf16_mirror(int /*slot*/, const float* /*src*/, const uint16_t* /*copy*/, size_t /*n*/) {}
+
 }  // namespace sftdp::cpu

@@ -73,6 +73,7 @@ const Ops& cpu_ops() {
       .sum_squares = cpu::sum_squares,
       .bf16_pack = cpu::bf16_pack,
       .bf16_unpack = cpu::bf16_unpack,
+      .bf16_mirror = cpu::bf16_mirror,
       .lora_fwd = cpu::lora_fwd,
       .lora_bwd = cpu::lora_bwd,
       .lora_dropout = cpu::lora_dropout,

@@ -3,6 +3,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.cuh"
 
 namespace sftdp::cuda {
 namespace {
@@ -48,6 +49,10 @@ void bf16_pack(uint16_t* out, const float* inp, size_t N, cudaStream_t stream) {
 
 void bf16_unpack(float* out, const uint16_t* inp, size_t N, cudaStream_t stream) {
   cast_bf16_to_fp32(out, reinterpret_cast<const __nv_bfloat16*>(inp), N, stream);
+}
+
+void bf16_mirror(int slot, const float* src, const uint16_t* copy, size_t n, cudaStream_t /*stream*/) {
+  set_bf16_mirror(slot, src, reinterpret_cast<const __nv_bfloat16*>(copy), n);
 }
 
 }  // namespace sftdp::cuda

@@ -37,6 +37,7 @@ enum class Scratch : int {
   kGemmWorkspace,     // gemm.cu: cuBLASLt workspace
   kGemmA16,           // gemm.cu: bf16 copy of the first GEMM input
   kGemmB16,           // gemm.cu: bf16 copy of the second GEMM input
+  kGemmDout16,        // matmul.cu: bf16 copy of dout, read by both backward GEMMs
   kAttnDelta,         // attention.cu, attention_tc.cu: D per (b, h, t), backward
   kAttnQkv16,         // attention_tc.cu: bf16 copy of q, k, v
   kAttnDout16,        // attention_tc.cu: bf16 copy of dO, backward

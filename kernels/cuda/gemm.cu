@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/cuda/cast.cuh"
+#include "kernels/bf16.h"
 #include "kernels/cuda/gemm.cuh"
 
 namespace sftdp::cuda {
@@ -196,9 +197,31 @@ __global__ void add_bias_kernel(float* C, const float* bias, int M, int N, int l
 constexpr int kBf16LdMultiple = 8;
 int padded_ld(int ld) { return (ld + kBf16LdMultiple - 1) / kBf16LdMultiple * kBf16LdMultiple; }
 
+// The registered bf16 mirrors (set_bf16_mirror): [src, src + n) is read as copy.
+struct Mirror {
+  const float* src = nullptr;
+  const __nv_bfloat16* copy = nullptr;
+  size_t n = 0;
+};
+std::array<Mirror, kMirrorSlots + 1> g_mirrors;  // the model's slots, then kGemmPrivateMirror
+static_assert(kGemmPrivateMirror == kMirrorSlots, "the launchers' mirror follows the model's slots");
+
+// The mirror of a stored column-major matrix at p (extent elements, leading dimension ld), or null.
+const __nv_bfloat16* mirrored(const float* p, size_t extent, int ld) {
+  if (ld % kBf16LdMultiple != 0) return nullptr;  // the copy keeps ld: it must be a tensor-core one
+  for (const Mirror& m : g_mirrors)
+    if (m.n && p >= m.src && static_cast<size_t>(p - m.src) <= m.n && extent <= m.n - static_cast<size_t>(p - m.src))
+      return m.copy + (p - m.src);
+  return nullptr;
+}
+
 // bf16 copy of a stored column-major matrix (rows x cols, leading dimension ld) into `slot`, with
-// leading dimension padded_ld(ld); the padding between columns is never read.
+// leading dimension padded_ld(ld); the padding between columns is never read. A matrix inside a
+// registered mirror is not copied: the mirror is returned (its ld is already padded_ld(ld)).
 const __nv_bfloat16* to_bf16(Scratch slot, const void* src, int rows, int cols, int ld, cudaStream_t stream) {
+  if (const __nv_bfloat16* m =
+          mirrored(static_cast<const float*>(src), static_cast<size_t>(ld) * (cols - 1) + rows, ld))
+    return m;
   const int ld16 = padded_ld(ld);
   const size_t extent = static_cast<size_t>(ld16) * (cols - 1) + rows;
   auto* dst = scratch_as<__nv_bfloat16>(slot, extent);
@@ -208,6 +231,12 @@ const __nv_bfloat16* to_bf16(Scratch slot, const void* src, int rows, int cols, 
 }
 
 }  // namespace
+
+void set_bf16_mirror(int slot, const float* src, const __nv_bfloat16* copy, size_t n) {
+  SFTDP_ASSERT(slot >= 0 && slot <= kGemmPrivateMirror, "set_bf16_mirror: no slot " + std::to_string(slot));
+  SFTDP_ASSERT(n == 0 || (src && copy), "set_bf16_mirror: a mirror needs both buffers");
+  g_mirrors[slot] = n ? Mirror{src, copy, n} : Mirror{};
+}
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc, const float* bias, bool bf16_inputs, const GemmBatch& batch,

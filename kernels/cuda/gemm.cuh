@@ -4,6 +4,9 @@
 // the bias and all accumulation stay fp32. cuBLASLt is bitwise reproducible for a fixed algorithm
 // on one GPU model; the algorithm is chosen once per (shape, alignment) and cached.
 #pragma once
+#include <cuda_bf16.h>
+
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -21,9 +24,16 @@ struct GemmBatch {
 // trans_a; op(B) is [K,N] — B stored [K,N] with row stride ldb, or [N,K] when trans_b; C stored
 // [M,N] with row stride ldc. beta = 0 never reads C (poisoned C is fine).
 // bf16_inputs: A and B rounded to bf16 first (batch.count must be 1), into copies whose leading
-// dimension is rounded up to a multiple of 8 elements (16-byte rows, as tensor-core kernels need).
+// dimension is rounded up to a multiple of 8 elements (16-byte rows, as tensor-core kernels need) —
+// or, for an operand inside a registered bf16 mirror (set_bf16_mirror), that mirror read in place.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc,
           const float* bias, bool bf16_inputs, const GemmBatch& batch, cudaStream_t stream);
+
+// The bf16 mirrors of kernels/bf16.h's bf16_mirror: slots 0 .. kMirrorSlots-1 are the model's;
+// kGemmPrivateMirror is for the launchers here (matmul_bwd rounds dout once for both its GEMMs).
+// Host state: one host thread queues on the one stream (as the scratch slots assume).
+constexpr int kGemmPrivateMirror = 4;
+void set_bf16_mirror(int slot, const float* src, const __nv_bfloat16* copy, size_t n);
 
 }  // namespace sftdp::cuda

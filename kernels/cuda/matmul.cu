@@ -1,9 +1,11 @@
 // kernels/cuda/matmul.cu — Linear layer on the GPU (kernels/matmul.h): out = inp·weightᵀ + bias,
 // PyTorch layout (weight [OC, IC]). N rows, IC in channels, OC out channels.
 // Accumulation: dinp = (overwritten); dweight += (GEMM with beta 1); dbias += (deterministic column
-// sums, reduce.cu). GEMMs in fp32 (matmul_fwd/_bwd), or with bf16 inputs (matmul_fwd_bf16/_bwd_bf16).
+// sums, reduce.cu). GEMMs in fp32 (matmul_fwd/_bwd), or with bf16 inputs (matmul_fwd_bf16/_bwd_bf16;
+// the backward rounds dout once for both of its GEMMs).
 #include <string>
 
+#include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/matmul.h"
@@ -30,11 +32,21 @@ void bwd(float* dinp, float* dweight, float* dbias, const float* dout, const flo
          int IC, int OC, bool bf16, cudaStream_t stream) {
   check_dims("matmul_bwd", N, IC, OC);
   if (N == 0) return;
+  // bf16: dout rounded once for both GEMMs (a mirror of it for their inputs), where its rows are
+  // tensor-core aligned as they are (OC a multiple of 8); else each GEMM rounds its own copy.
+  const bool once = bf16 && dweight && OC % 8 == 0;
+  if (once) {
+    const size_t n = static_cast<size_t>(N) * OC;
+    __nv_bfloat16* dout16 = scratch_as<__nv_bfloat16>(Scratch::kGemmDout16, n);
+    cast_fp32_to_bf16(dout16, n, dout, n, n, 1, stream);
+    set_bf16_mirror(kGemmPrivateMirror, dout, dout16, n);
+  }
   // dinp[N,IC] = dout[N,OC] · weight[OC,IC]   (=)
   gemm(false, false, N, IC, OC, 1.f, dout, OC, weight, IC, 0.f, dinp, IC, nullptr, bf16, GemmBatch{}, stream);
   // dweight[OC,IC] += dout[N,OC]ᵀ · inp[N,IC]; null: a frozen weight (LoRA), no gradient
   if (dweight)
     gemm(true, false, OC, IC, N, 1.f, dout, OC, inp, IC, 1.f, dweight, IC, nullptr, bf16, GemmBatch{}, stream);
+  if (once) set_bf16_mirror(kGemmPrivateMirror, nullptr, nullptr, 0);
   // dbias[OC] += Σ_n dout[n, :]
   if (dbias) add_column_sums(dbias, dout, N, OC, stream);
 }

@@ -116,6 +116,7 @@ constexpr Ops make_cuda_ops() {
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
       .bf16_pack = on_stream<&cpu::bf16_pack, &cuda::bf16_pack>(),
       .bf16_unpack = on_stream<&cpu::bf16_unpack, &cuda::bf16_unpack>(),
+      .bf16_mirror = on_stream<&cpu::bf16_mirror, &cuda::bf16_mirror>(),
       .lora_fwd =
           bf16 ? on_stream<&cpu::lora_fwd, &cuda::lora_fwd_bf16>() : on_stream<&cpu::lora_fwd, &cuda::lora_fwd>(),
       .lora_bwd =

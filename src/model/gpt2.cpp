@@ -13,11 +13,13 @@
 // bf16 activations (sftdp/model.h): ln1, ln2 and fch_gelu, which only Linear GEMMs read, are one
 // fp32 set all layers share; forward packs each into the layer's bf16 copy right after it is made
 // (its GEMM reads the fp32 value and rounds it as the copy does), and backward unpacks the three
-// before the layer's backward. Nothing else reads them in between. atty stays fp32 per layer:
+// before the layer's backward (or, with bf16_mirrors() and C, F multiples of 8, registers the copies
+// as the GEMMs' inputs instead: sftdp/model.h). Nothing else reads them in between. atty stays fp32 per layer:
 // attention's backward reads it too (D = Σ dO·O), and a rounded O would change that gradient.
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
@@ -120,7 +122,7 @@ void Gpt2::block_forward(int l, int B, bool through_output) {
   const auto w = layer_params(layer_offsets_[l], params_);
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-  if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, NC);
+  if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, NC), mirror(kMirrorAct0, x.ln1, x.ln1_16, NC);
   o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
   lora_forward(l, LoraSite::kQkv, x.qkv, 3 * C, x.ln1, B);
   o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, NH, C / NH);
@@ -128,11 +130,11 @@ void Gpt2::block_forward(int l, int B, bool through_output) {
   lora_forward(l, LoraSite::kAttnProj, a.scratch_btc, C, x.atty, B);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, NC);
   o.layernorm_fwd(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
-  if (x.ln2_16) o.bf16_pack(x.ln2_16, x.ln2, NC);
+  if (x.ln2_16) o.bf16_pack(x.ln2_16, x.ln2, NC), mirror(kMirrorAct1, x.ln2, x.ln2_16, NC);
   o.matmul_fwd(x.fch, x.ln2, w.fcw, w.fcb, N, C, F);
   lora_forward(l, LoraSite::kFc, x.fch, F, x.ln2, B);
   o.gelu_fwd(x.fch_gelu, x.fch, NF);
-  if (x.fch_gelu_16) o.bf16_pack(x.fch_gelu_16, x.fch_gelu, NF);
+  if (x.fch_gelu_16) o.bf16_pack(x.fch_gelu_16, x.fch_gelu, NF), mirror(kMirrorAct2, x.fch_gelu, x.fch_gelu_16, NF);
   if (!through_output) return;
   o.matmul_fwd(a.scratch_btc, x.fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
   lora_forward(l, LoraSite::kMlpProj, a.scratch_btc, C, x.fch_gelu, B);
@@ -164,7 +166,12 @@ void Gpt2::run_backward(int B) {
   for (int l = d_.L - 1; l >= 0; --l) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
-    if (x.ln1_16) {  // bf16 activations: this layer's GEMM inputs back into the shared fp32 set
+    if (x.ln1_16 && bf16_mirrors() && C % 8 == 0 && F % 8 == 0) {
+      // bf16 activations: the GEMMs, their only readers, take this layer's copies in place (the
+      // shared fp32 set keeps another layer's values: nothing else reads it)
+      mirror(kMirrorAct0, x.ln1, x.ln1_16, size_t(N) * C), mirror(kMirrorAct1, x.ln2, x.ln2_16, size_t(N) * C);
+      mirror(kMirrorAct2, x.fch_gelu, x.fch_gelu_16, size_t(N) * F);
+    } else if (x.ln1_16) {  // this layer's GEMM inputs back into the shared fp32 set
       o.bf16_unpack(x.ln1, x.ln1_16, size_t(N) * C), o.bf16_unpack(x.ln2, x.ln2_16, size_t(N) * C);
       o.bf16_unpack(x.fch_gelu, x.fch_gelu_16, size_t(N) * F);
     }

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
@@ -150,7 +151,7 @@ void Llama::block_forward(int l, int B, bool through_output) {
   const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
   const auto w = layer_ptrs(layer_offsets_[l], params_);
   o.rmsnorm_fwd(x.ln1, x.ln1_rstd, residual, w.ln1, N, C, eps);
-  if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, size_t(N) * C);
+  if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, size_t(N) * C), mirror(kMirrorAct0, x.ln1, x.ln1_16, size_t(N) * C);
   if (d_.qk_norm) {
     o.matmul_fwd(x.qkv_raw, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
     lora_forward(l, LoraSite::kQkv, x.qkv_raw, QKV, x.ln1, B);
@@ -165,11 +166,12 @@ void Llama::block_forward(int l, int B, bool through_output) {
   lora_forward(l, LoraSite::kAttnProj, a.scratch_btc, C, x.atty, B);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
   o.rmsnorm_fwd(x.ln2, x.ln2_rstd, x.residual2, w.ln2, N, C, eps);
-  if (x.ln2_16) o.bf16_pack(x.ln2_16, x.ln2, size_t(N) * C);
+  if (x.ln2_16) o.bf16_pack(x.ln2_16, x.ln2, size_t(N) * C), mirror(kMirrorAct1, x.ln2, x.ln2_16, size_t(N) * C);
   o.matmul_fwd(x.fch, x.ln2, w.fc, nullptr, N, C, 2 * F);
   lora_forward(l, LoraSite::kFc, x.fch, 2 * F, x.ln2, B);
   o.swiglu_fwd(x.fch_act, x.fch, N, F);
-  if (x.fch_act_16) o.bf16_pack(x.fch_act_16, x.fch_act, size_t(N) * F);
+  if (x.fch_act_16)
+    o.bf16_pack(x.fch_act_16, x.fch_act, size_t(N) * F), mirror(kMirrorAct2, x.fch_act, x.fch_act_16, size_t(N) * F);
   if (!through_output) return;
   o.matmul_fwd(a.scratch_btc, x.fch_act, w.mlpproj, nullptr, N, F, C);
   lora_forward(l, LoraSite::kMlpProj, a.scratch_btc, C, x.fch_act, B);
@@ -202,7 +204,10 @@ void Llama::run_backward(int B) {
   for (int l = d_.L - 1; l >= 0; --l) {
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
-    if (x.ln1_16) {  // bf16 activations: this layer's GEMM inputs back into the shared fp32 set
+    if (x.ln1_16 && bf16_mirrors() && C % 8 == 0 && F % 8 == 0) {  // as GPT-2's (gpt2.cpp)
+      mirror(kMirrorAct0, x.ln1, x.ln1_16, size_t(N) * C), mirror(kMirrorAct1, x.ln2, x.ln2_16, size_t(N) * C);
+      mirror(kMirrorAct2, x.fch_act, x.fch_act_16, size_t(N) * F);
+    } else if (x.ln1_16) {  // this layer's GEMM inputs back into the shared fp32 set
       o.bf16_unpack(x.ln1, x.ln1_16, size_t(N) * C), o.bf16_unpack(x.ln2, x.ln2_16, size_t(N) * C);
       o.bf16_unpack(x.fch_act, x.fch_act_16, size_t(N) * F);
     }

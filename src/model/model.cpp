@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
@@ -85,6 +86,10 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   // Exact only where the GEMMs round their inputs to bf16 themselves.
   SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
   params_ = alloc_floats(layout_.total);
+  if (gemm_inputs_bf16(ops_)) {  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
+    params16_ = static_cast<uint16_t*>(ops_.alloc(std::max<size_t>(layout_.total, 1) * sizeof(uint16_t)));
+    owned_.push_back(params16_);
+  }
   if (lora_.enabled()) {
     lora_layout_ = lora_layout(d, lora_);
     lora_params_ = alloc_floats(lora_layout_.total);
@@ -354,18 +359,36 @@ void Model::run_head(float* sums, bool backward, int B) {
   }
 }
 
+void Model::mirror(int slot, const float* src, const uint16_t* copy, size_t n) const {
+  if (bf16_mirrors()) ops_.bf16_mirror(slot, src, copy, n);
+}
+
+void Model::begin_pass() {
+  if (!bf16_mirrors()) return;
+  // The parameters change only between passes (the optimizer, a checkpoint): one copy per pass.
+  ops_.bf16_pack(params16_, params_, layout_.total);
+  ops_.bf16_mirror(kMirrorParams, params_, params16_, layout_.total);
+}
+
+void Model::end_pass() {
+  if (!params16_) return;
+  for (int slot = 0; slot < kMirrorSlots; ++slot) ops_.bf16_mirror(slot, nullptr, nullptr, 0);
+}
+
 void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
   upload(batch);
   // Buckets reported during the passes: an untied head's, then one per block (layer_backward_done).
   const size_t early = ready && io_.n_active > 0 ? head_buckets_ + d_.L : 0;
   if (io_.n_active > 0) {  // else no weighted position: the loss, weight and gradient sums += 0
     training_ = true;      // LoRA dropout applies (never in forward(), evaluation)
+    begin_pass();
     run_forward(batch.B);
     run_head(grads_ + trainable_layout().total, /*backward=*/true, batch.B);
     if (ready && head_buckets_) ready(buckets_[0].first, buckets_[0].second);
     ready_ = &ready;
     run_backward(batch.B);
     ready_ = nullptr;
+    end_pass();
     training_ = false;
   }
   if (!ready) return;
@@ -375,9 +398,11 @@ void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
 LossSums Model::forward(const data::Batch& batch) {
   upload(batch);
   if (io_.n_active == 0) return {0, 0};
+  begin_pass();
   run_forward(batch.B);
   ops_.zero(io_.eval_sums, 2 * sizeof(float));
   run_head(io_.eval_sums, /*backward=*/false, batch.B);
+  end_pass();
   float sums[2];
   ops_.to_host(sums, io_.eval_sums, sizeof sums);
   return {sums[0], sums[1]};

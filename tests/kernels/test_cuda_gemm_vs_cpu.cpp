@@ -3,13 +3,15 @@
 // with bf16 GEMM inputs (the CUDA table for GemmInputs::kBf16: ≤ 1e-2, and visibly not fp32), at
 // odd leading dimensions (257, 5003, 50257: the bf16 copies' padded rows) and with a bias that is
 // only 4-byte aligned (the unfused bias kernel). Outputs poisoned before each launch, two CUDA runs
-// bitwise equal. Skips without a device (attention: test_cuda_attention.cpp).
+// bitwise equal; bf16 mirrors read in place only where they cover. Skips without a device (attention:
+// test_cuda_attention.cpp).
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "common/test_util.h"
+#include "kernels/bf16.h"
 #include "test_cuda_util.h"
 
 namespace sftdp::test {
@@ -101,6 +103,51 @@ INSTANTIATE_TEST_SUITE_P(Bf16, CudaMatmul,
                                            MatmulCase{5, 5003, 257, true, true},
                                            MatmulCase{17, 64, 50257, false, true}),
                          NameFromParam());
+
+// bf16_mirror (kernels/bf16.h): with a registered copy, the bf16 GEMMs read it in place of rounding
+// their input again — bitwise the same Linear forward and backward when the copy is bf16_pack(src);
+// a copy of other values changes the result (it is read); a matrix reaching past the mirror, a
+// leading dimension that is not a multiple of 8, or a cleared slot is rounded as before.
+TEST(CudaBf16Mirror, GemmsReadTheCopyExactlyWhereItCovers) {
+  SFTDP_REQUIRE_CUDA_GEMM(ops, GemmInputs::kBf16);
+  const int N = 24, IC = 64, OC = 40;
+  const auto inp = uniform(size_t(N) * IC, 81), w = uniform(size_t(OC) * IC, 82), dout = uniform(size_t(N) * OC, 83);
+  DeviceBuffer<float> d_inp(*ops, inp), d_w(*ops, w), d_dout(*ops, dout), d_out(*ops, size_t(N) * OC),
+      d_dinp(*ops, inp.size()), d_dw(*ops, w.size());
+  DeviceBuffer<uint16_t> copy(*ops, w.size()), other(*ops, w.size());
+  ops->bf16_pack(copy.get(), d_w.get(), w.size());
+  ops->bf16_pack(other.get(), d_dout.get(), w.size() < dout.size() ? w.size() : dout.size());
+  const auto linear = [&] {
+    d_out.poison(), d_dinp.poison();
+    ops->zero(d_dw.get(), w.size() * sizeof(float));
+    ops->matmul_fwd(d_out.get(), d_inp.get(), d_w.get(), nullptr, N, IC, OC);
+    ops->matmul_bwd(d_dinp.get(), d_dw.get(), nullptr, d_dout.get(), d_inp.get(), d_w.get(), N, IC, OC);
+    return Outputs{d_out.download(), d_dinp.download(), d_dw.download()};
+  };
+  const Outputs plain = linear();
+  ops->bf16_mirror(kMirrorParams, d_w.get(), copy.get(), w.size());
+  const Outputs mirrored = linear();
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(bitwise_equal(mirrored[i], plain[i])) << "output " << i;
+  ops->bf16_mirror(kMirrorParams, d_w.get(), other.get(), w.size());  // not the weight's rounding
+  const Outputs wrong = linear();
+  EXPECT_FALSE(bitwise_equal(wrong[0], plain[0])) << "the registered copy was not read";
+  ops->bf16_mirror(kMirrorParams, d_w.get(), other.get(), w.size() - 1);  // one element short of the weight
+  EXPECT_TRUE(bitwise_equal(linear()[0], plain[0]));
+  ops->bf16_mirror(kMirrorParams, nullptr, nullptr, 0);
+  const Outputs cleared = linear();
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(bitwise_equal(cleared[i], plain[i])) << "output " << i;
+  // IC = 60 (not a multiple of 8): the copy would need its own padded rows, so it is not used.
+  const int IC2 = 60;
+  const auto w2 = uniform(size_t(OC) * IC2, 84), inp2 = uniform(size_t(N) * IC2, 85);
+  DeviceBuffer<float> d_w2(*ops, w2), d_inp2(*ops, inp2);
+  DeviceBuffer<uint16_t> junk(*ops, w2.size());
+  ops->matmul_fwd(d_out.get(), d_inp2.get(), d_w2.get(), nullptr, N, IC2, OC);
+  const auto want = d_out.download();
+  ops->bf16_mirror(kMirrorParams, d_w2.get(), junk.get(), w2.size());
+  ops->matmul_fwd(d_out.get(), d_inp2.get(), d_w2.get(), nullptr, N, IC2, OC);
+  EXPECT_TRUE(bitwise_equal(d_out.download(), want));
+  ops->bf16_mirror(kMirrorParams, nullptr, nullptr, 0);
+}
 
 }  // namespace
 }  // namespace sftdp::test

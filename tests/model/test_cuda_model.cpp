@@ -5,7 +5,8 @@
 // GA 1 equals GA 4 on the GPU; remat gives bitwise the gradients of keeping the activations;
 // three training steps run twice are bitwise equal; bf16 GEMM inputs
 // (the GemmInputs::kBf16 table) keep the loss within 1e-2 of fp32, and keeping the GEMM-only
-// activations as bf16 on that table gives bitwise its gradients with less memory. Every test skips
+// activations as bf16 on that table gives bitwise its gradients with less memory, as do the bf16
+// mirrors (one rounding of the parameters per pass, the copies read in place). Every test skips
 // without a CUDA device (or the CUDA simulator).
 #include <gtest/gtest.h>
 
@@ -235,6 +236,44 @@ TEST_P(CudaModel, Bf16ActivationsAreBitwiseTheBf16GemmPath) {
   EXPECT_EQ(bf16->activation_bytes() - remat->activation_bytes(), bf16->remat_saved_bytes());
   // With remat nothing of the kind is kept: the flag is off and the results are remat's.
   EXPECT_FALSE(model::make_model(d, *cuda_bf16, 4, kT, /*remat=*/true, /*bf16=*/true)->bf16_activations());
+}
+
+// The bf16 mirrors (kernels/bf16.h, sftdp/model.h): each pass rounds the parameters once and the
+// GEMMs read that copy (and the bf16 activation copies) in place; without them every GEMM rounds its
+// own inputs. Bitwise the same gradient and evaluation sums, over passes with other parameters in
+// between (a copy left from the first would show), with and without bf16 activation storage.
+TEST_P(CudaModel, Bf16MirrorsAreBitwiseRoundingInEveryGemm) {
+  SFTDP_REQUIRE_CUDA_GEMM(cuda_bf16, GemmInputs::kBf16);
+  auto d = GetParam().dims;
+  d.L = 3;
+  const auto p1 = noisy_params(d);
+  auto p2 = p1;
+  const auto noise = uniform(p2.size(), 123, -0.05f, 0.05f);
+  for (size_t i = 0; i < p2.size(); ++i) p2[i] += noise[i];
+  const auto rows = random_rows(7, kT, d.V, 31337, /*segments=*/true);
+  const std::vector<data::Batch> micro = {slice_rows(rows, 0, 4), slice_rows(rows, 4, 7)};
+  for (bool bf16_acts : {false, true}) {
+    SCOPED_TRACE(bf16_acts ? "bf16 activations" : "fp32 activations");
+    const auto run = [&](bool mirrors) {
+      const auto m = model::make_model(d, *cuda_bf16, 4, kT, /*remat=*/false, bf16_acts);
+      m->set_bf16_mirrors(mirrors);
+      EXPECT_EQ(m->bf16_mirrors(), mirrors);
+      std::vector<std::vector<float>> out;
+      for (const std::vector<float>* p : {&p1, static_cast<const std::vector<float>*>(&p2)}) {
+        m->set_params_from_host(*p);
+        m->zero_grads();
+        for (const auto& b : micro) m->forward_backward(b);
+        out.push_back(m->grads_to_host());
+        const auto eval = m->forward(micro[1]);
+        out.push_back({static_cast<float>(eval.loss_sum), static_cast<float>(eval.weight_sum)});
+      }
+      return out;
+    };
+    const auto on = run(true), off = run(false);
+    ASSERT_EQ(on.size(), off.size());
+    for (size_t i = 0; i < on.size(); ++i) EXPECT_TRUE(bitwise_equal(on[i], off[i])) << "output " << i;
+  }
+  EXPECT_FALSE(model::make_model(d, cpu_ops(), 4, kT)->bf16_mirrors());  // only the bf16-GEMM table has them
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaModel, ::testing::ValuesIn(families()), family_name);
