@@ -2,9 +2,14 @@
 // fused qkv rows on the GPU (kernels/rope.h). B batch, T seq, NH q heads, KVH k/v heads, HS head
 // size (even), QKV = (NH + 2·KVH)·HS. In place; v heads untouched. One thread per rotated pair
 // (x[i], x[i + HS/2]) of one q or k head: the angle pos·inv_freq[i] is formed in double and its
-// cos/sin taken in double (accurate, not the fast intrinsics), then rounded to float, as the CPU
-// twin does. rope_bwd applies the transpose rotation (angle −a), so dqkv becomes the gradient
-// with respect to the un-rotated q and k. No reductions: every element has one writer.
+// cos/sin taken in double, then rounded to float, as the CPU twin does. Not CUDA's sin/cos: their
+// Payne-Hanek path for huge arguments keeps a stack frame (local memory) in every kernel that calls
+// them, though an angle here is below 2^31. cos_sin reduces it modulo π/2 (three-part π/2 by fma,
+// exact to a double rounding) and sums Taylor series on [−π/4, π/4] (cut off below 1/50 of a
+// double's ulp): within an ulp of a double of std::cos/sin, so the floats agree with the CPU's but for a double
+// lying that close to a float rounding boundary. rope_bwd applies the transpose rotation (angle −a),
+// so dqkv becomes the gradient with respect to the un-rotated q and k. No reductions: every element
+// has one writer.
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -15,10 +20,48 @@ namespace {
 
 constexpr int kBlock = 256;
 
+// c = cos a, s = sin a for |a| < 2^31. q = rint(a·2/π), r = a − q·π/2 with π/2 = HI + MID + LO: a and
+// q·HI are both multiples of 2^-53 once |a| >= π/4, so the first fma is exact and the other two err
+// by a rounding of r; |r| <= π/4 (a hair more where a·2/π rounds up). The series stop where the next
+// term at π/4 (r^19/19! = 8e-20, r^18/18! = 2e-18) is below 1/50 of an ulp of the result (>= 0.7).
+// Then the quadrant q mod 4 picks ±sin r, ±cos r.
+__device__ __forceinline__ void cos_sin(double a, double* c, double* s) {
+  constexpr double kTwoOverPi = 0.63661977236758134308;  // 2/π
+  constexpr double kPio2Hi = 1.5707963267948966;         // 0x1.921fb54442d18p+0
+  constexpr double kPio2Mid = 6.123233995736766e-17;     // 0x1.1a62633145c07p-54
+  constexpr double kPio2Lo = -1.4973849048591698e-33;    // -0x1.f1976b7ed8fbcp-110
+  const double q = rint(a * kTwoOverPi);
+  double r = fma(-q, kPio2Hi, a);
+  r = fma(-q, kPio2Mid, r);
+  r = fma(-q, kPio2Lo, r);
+  const double r2 = r * r;
+  double ps = -1.0 / 355687428096000.0;  // sin r = r − r^3/3! + ... − r^15/15! + r^17/17!: Horner in r²
+  ps = fma(ps, r2, 1.0 / 1307674368000.0);
+  ps = fma(ps, r2, -1.0 / 6227020800.0);
+  ps = fma(ps, r2, 1.0 / 39916800.0);
+  ps = fma(ps, r2, -1.0 / 362880.0);
+  ps = fma(ps, r2, 1.0 / 5040.0);
+  ps = fma(ps, r2, -1.0 / 120.0);
+  ps = fma(ps, r2, 1.0 / 6.0);
+  const double sin_r = fma(-r * r2, ps, r);
+  double pc = 1.0 / 20922789888000.0;  // cos r = 1 − r^2/2! + ... + r^16/16!
+  pc = fma(pc, r2, -1.0 / 87178291200.0);
+  pc = fma(pc, r2, 1.0 / 479001600.0);
+  pc = fma(pc, r2, -1.0 / 3628800.0);
+  pc = fma(pc, r2, 1.0 / 40320.0);
+  pc = fma(pc, r2, -1.0 / 720.0);
+  pc = fma(pc, r2, 1.0 / 24.0);
+  pc = fma(pc, r2, -1.0 / 2.0);
+  const double cos_r = fma(r2, pc, 1.0);
+  const int quadrant = static_cast<int>(static_cast<int64_t>(q) & 3);  // a = q·π/2 + r
+  *s = quadrant == 0 ? sin_r : quadrant == 1 ? cos_r : quadrant == 2 ? -sin_r : -cos_r;
+  *c = quadrant == 0 ? cos_r : quadrant == 1 ? -sin_r : quadrant == 2 ? -cos_r : sin_r;
+}
+
 // Pair p enumerates (b·T + t, head j < NH + KVH, i < HS/2), i fastest.
 template <bool kTranspose>
-__global__ void rope_kernel(float* qkv, const int32_t* positions, const float* inv_freq, int T, int NH, int KVH,
-                            int HS, size_t pairs) {
+__global__ void rope_kernel(float* qkv, const int32_t* positions, const float* inv_freq, int T, int NH, int KVH, int HS,
+                            size_t pairs) {
   const int half = HS / 2, heads = NH + KVH;
   const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS;
   for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pairs;
@@ -27,8 +70,9 @@ __global__ void rope_kernel(float* qkv, const int32_t* positions, const float* i
     const int j = static_cast<int>((p / half) % heads);
     const size_t bt = p / (static_cast<size_t>(half) * heads);
     const int32_t pos = positions ? positions[bt] : static_cast<int32_t>(bt % T);
-    const double angle = static_cast<double>(pos) * static_cast<double>(inv_freq[i]);
-    const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+    double cos_a, sin_a;
+    cos_sin(static_cast<double>(pos) * static_cast<double>(inv_freq[i]), &cos_a, &sin_a);
+    const float c = static_cast<float>(cos_a), s = static_cast<float>(sin_a);
     float* x = qkv + bt * QKV + static_cast<size_t>(j) * HS;
     const float x0 = x[i], x1 = x[i + half];
     // Explicitly rounded products (no FMA contraction), as a plain C++ loop computes them.
@@ -44,12 +88,12 @@ __global__ void rope_kernel(float* qkv, const int32_t* positions, const float* i
 }
 
 template <bool kTranspose>
-void rope(const char* op, float* qkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH,
-          int KVH, int HS, cudaStream_t stream) {
+void rope(const char* op, float* qkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH,
+          int HS, cudaStream_t stream) {
   SFTDP_ASSERT(B >= 0 && T > 0 && NH > 0 && KVH > 0 && HS > 0 && HS % 2 == 0,
-               std::string(op) + ": need B >= 0, T, NH, KVH > 0 and HS positive and even (got B=" +
-                   std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
-                   " KVH=" + std::to_string(KVH) + " HS=" + std::to_string(HS) + ")");
+               std::string(op) + ": need B >= 0, T, NH, KVH > 0 and HS positive and even (got B=" + std::to_string(B) +
+                   " T=" + std::to_string(T) + " NH=" + std::to_string(NH) + " KVH=" + std::to_string(KVH) +
+                   " HS=" + std::to_string(HS) + ")");
   const size_t pairs = static_cast<size_t>(B) * T * (NH + KVH) * (HS / 2);
   if (pairs == 0) return;
   SFTDP_LAUNCH(rope_kernel<kTranspose>, elementwise_blocks(pairs, kBlock), kBlock, 0, stream, qkv, positions, inv_freq,

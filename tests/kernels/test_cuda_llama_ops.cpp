@@ -6,7 +6,8 @@
 // before each launch (or, for += outputs, preset to random values), two CUDA runs bitwise equal.
 // Besides the CPU twin, independent checks where one is cheap: v columns copied bit for bit,
 // rope_bwd ∘ rope_fwd = identity, positions 0..T-1 given explicitly = positions null, encoder
-// output = the wte rows. fp32 within 1e-5 relative. Skips without a GPU.
+// output = the wte rows, RoPE's cos and sin at angles up to 2^31 the float roundings of the true
+// ones. fp32 within 1e-5 relative. Skips without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <ostream>
@@ -190,6 +191,51 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaRope,
                                            HeadCase{2, 7, 4, 2, 18, false}, HeadCase{3, 33, 4, 1, 64, false},
                                            HeadCase{2, 600, 8, 2, 128, true}, HeadCase{1, 1100, 2, 1, 64, false}),
                          NameFromParam());
+
+// The cos and sin themselves, at angles up to 2^31: q and k heads with x[i] = 1, x[i + HS/2] = 0 rotate
+// to (cos a, sin a) exactly (1·c − 0·s = c), and rope_bwd to (cos a, −sin a). Each must be cos a or
+// sin a of the double angle pos·inv_freq rounded to float: within half a float ulp of the long-double
+// value (plus 2^-50 for the double's own error). A reduction modulo π/2 with π/2 as one double (off
+// by up to 1e-7 at 2^31), or in float, fails this; the 1e-5 tolerance above does not see it.
+TEST(CudaRopeAngles, AreTheRoundedCosAndSinOfTheDoubleAngleUpToTwoToThe31) {
+  SFTDP_REQUIRE_CUDA(ops);
+  const std::vector<int32_t> pos = {0,       1,        2,         3,         100,        4095,       65535,
+                                    1000003, 16777217, 123456789, 536870911, 1073741831, 2147483646, 2147483647};
+  const std::vector<float> inv_freq = {1.f, 0.5f, 0.1234567f, 0.7853982f, 1.5707964f, 3.1415927e-3f, 1e-4f, 2.5e-7f};
+  const int B = 1, T = static_cast<int>(pos.size()), NH = 1, KVH = 1, HS = 2 * static_cast<int>(inv_freq.size());
+  const int QKV = (NH + 2 * KVH) * HS, half = HS / 2;
+  std::vector<float> qkv(static_cast<size_t>(T) * QKV, 0.f);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < NH + KVH; ++j)
+      for (int i = 0; i < half; ++i) qkv[static_cast<size_t>(t) * QKV + j * HS + i] = 1.f;
+  DeviceBuffer<float> d_x(*ops, qkv), d_dx(*ops, qkv), d_inv(*ops, inv_freq);
+  DeviceBuffer<int32_t> d_pos(*ops, pos);
+  ops->rope_fwd(d_x.get(), d_pos.get(), d_inv.get(), B, T, NH, KVH, HS);
+  ops->rope_bwd(d_dx.get(), d_pos.get(), d_inv.get(), B, T, NH, KVH, HS);
+  const auto fwd = d_x.download(), bwd = d_dx.download();
+  int misses = 0;
+  auto check = [&](float got, long double ref, const char* what, int t, int i) {
+    const long double ulp = std::nextafter(std::fabs(static_cast<float>(ref)), INFINITY) -
+                            std::fabs(static_cast<float>(ref));  // the float spacing at |ref|
+    if (std::fabs(static_cast<long double>(got) - ref) <= ulp / 2 + std::ldexp(1.0L, -50)) return;
+    if (++misses <= 5)
+      ADD_FAILURE() << what << " at pos " << pos[t] << ", inv_freq " << inv_freq[i] << ": got " << got << ", want "
+                    << static_cast<double>(ref) << " (float " << static_cast<float>(ref) << ")";
+  };
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < half; ++i) {
+      const long double a = static_cast<double>(pos[t]) * static_cast<double>(inv_freq[i]);  // the double angle
+      const long double c = std::cos(a), s = std::sin(a);
+      for (int j = 0; j < NH + KVH; ++j) {
+        const size_t at = static_cast<size_t>(t) * QKV + j * HS + i;
+        check(fwd[at], c, "rope_fwd cos", t, i);
+        check(fwd[at + half], s, "rope_fwd sin", t, i);
+        check(bwd[at], c, "rope_bwd cos", t, i);
+        check(bwd[at + half], -s, "rope_bwd -sin", t, i);
+      }
+    }
+  EXPECT_EQ(misses, 0);
+}
 
 // ---- SwiGLU ------------------------------------------------------------------------------------
 struct NF {
