@@ -1,37 +1,79 @@
 // kernels/cuda/attention.cu — causal grouped-query attention with the segment mask on the GPU
 // (kernels/attention.h), FlashAttention-2's contract: the forward keeps the output and each row's
 // log-sum-exp, the backward recomputes the scores. Legend: B batch, T seq, NH query heads, KVH k/v
-// heads, HS head size (<= 256), G = NH/KVH, QKV = (NH + 2·KVH)·HS; Bq query rows per block (one
-// thread each), Bk key rows per shared-memory tile (Bk·HS·2 floats <= kTileFloats: 16 keys at HS
-// 256, 64 at HS <= 64). The scores never exist beyond one thread's current key.
-// Forward, per (b, h, query tile): key tiles [c0, c0 + Bk) for c0 below the tile's last row (the
-// causal triangle beyond it is skipped), tiles no row of the block may see (other segments)
-// skipped too; each thread keeps its q row, an online softmax (max m, sum l) and its output row,
-// keys visited in increasing order. lse = m + log l.
+// heads, HS head size (<= 256), G = NH/KVH, QKV = (NH + 2·KVH)·HS; S = 1, 2, 4 or 8 slices of 32 head
+// columns (HS <= 32·S: a template parameter picked from HS at run time); R rows per warp, up to 4 warps
+// per block (fewer when T is short), Br = warps·R rows per block.
+// No local memory (STYLE.md, GPU speed habits): each lane holds columns s·32 + lane of its warp's R
+// rows in registers indexed only by compile-time constants. Tiles of 32 rows (one per lane) sit in
+// shared memory, padded to an odd row stride 32·S + 1 so that lanes reading "their" rows hit 32 banks:
+//   scores: lane j forms the dot product of each of the warp's rows (read broadcast from shared
+//           memory) with tile row j, i in increasing order: a tile's 32 scores, one per lane;
+//   sums over a tile's rows (P·V, dS·K, Pᵀ·dO, dSᵀ·Q): each lane adds, for its columns, the visible
+//           tile rows in increasing order, their weights read from shared memory.
+// Forward, per (b, h, Br query rows): key tiles [c0, c0 + 32) below the block's last row (the causal
+// triangle beyond is skipped), tiles no row of the block may see (other segments) skipped too; per
+// row the online softmax over each tile: m' = max(m, the tile's visible scores, j increasing), P =
+// exp(s − m'), every sum so far scaled by exp(m − m'); each lane sums the P of its own keys, and at the
+// end l is the sum of the 32 lane sums, lane 0's first: lse = m + log l.
 // Backward, three kernels, no atomics: D[b,h,t] = Σ dO·O per row (FlashAttention-2's Σ_j P·dP);
-// dq per query row over key tiles in increasing order; dk and dv per key row, over the k/v head's G query
-// heads in increasing h and each head's query tiles in increasing order, a head's sums added to
-// the total once complete (the multi-head result on repeated k/v, summed as repeat_kv's
-// transpose). P = exp(s − lse), dP = dO·v, dS = P·(dP − D); every sum's order is fixed by the
-// shape, so the bits are the same on every run. Accumulation: out =, lse =, dqkv =.
-// bf16 inputs (the kBf16 instances, Ops table cuda-bf16): q, k, v and dO are rounded to bf16 as
-// they are read (to nearest even, as the GEMMs' copies), everything else as fp32: the fp32
-// attention of the rounded inputs, and D = Σ bf16(dO)·O.
+// dq per query row over key tiles in increasing order; dk and dv per key row, over the k/v head's G
+// query heads in increasing h and each head's query tiles in increasing order, a head's sums added to
+// the total once complete (the multi-head result on repeated k/v, summed as repeat_kv's transpose).
+// P = exp(s − lse), dP = dO·v, dS = P·(dP − D). Keys a row may not see never enter a sum (a NaN there
+// stays out). Every sum's order is fixed by the shape, so the bits are the same on every run; the
+// scores' and sums' orders do not depend on how many warps a block has.
+// Accumulation: out =, lse =, dqkv =.
+// bf16 inputs (the kBf16 instances: the cuda-bf16 table's fallback for head sizes without tensor-core
+// kernels, attention_tc.cu): q, k, v and dO are rounded to bf16 as they are read (to nearest even, as
+// the GEMMs' copies), everything else as fp32: the fp32 attention of the rounded inputs, and D = Σ
+// bf16(dO)·O.
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
+
+// Loops over per-lane register arrays must be unrolled (an array indexed at run time lives in local
+// memory); the simulator build keeps its registers in host memory and its compiler would warn about
+// the pragma.
+#ifndef SFTDP_UNROLL
+#ifdef SFTDP_CUDA_SIM
+#define SFTDP_UNROLL
+#else
+#define SFTDP_UNROLL _Pragma("unroll")
+#endif
+#endif
 
 namespace sftdp::cuda {
 namespace {
 
 constexpr int kMaxHS = 256;
-constexpr int kBq = 64;            // query (or key) rows per block: one thread each
-constexpr int kTileFloats = 8192;  // shared tile: two (rows, HS) fp32 matrices, 32 KiB
-__host__ __device__ inline int tile_rows(int HS) { return kTileFloats / (2 * HS) < 64 ? kTileFloats / (2 * HS) : 64; }
+constexpr int kWarps = 4;     // at most, per block
+constexpr int kTile = kWarp;  // rows of a shared tile: one per lane
+
+// One instance of the kernels: bf16-rounded inputs or not, S slices of 32 columns.
+template <bool kBf16_, int S_>
+struct Config {
+  static constexpr bool kBf16 = kBf16_;
+  static constexpr int S = S_;
+  static constexpr int kWidth = kWarp * S;    // columns of a row held by a warp (>= HS)
+  static constexpr int kStride = kWidth + 1;  // padded row of a tile read lane-per-row
+  // Rows per warp: query rows (forward, dq) and key rows (dk/dv, four accumulators per column). More
+  // rows share each tile and each barrier; fewer keep registers and shared memory in bounds.
+  static constexpr int kQueryRows = S <= 2 ? 8 : 8 / S;
+  static constexpr int kKeyRows = S == 1 ? 8 : 8 / S;
+  // Two 32-row tiles at once (k and v, or q and dO) fit in static shared memory (48 KiB) up to S = 4;
+  // at S = 8 the kernels hold one at a time and load the other in its turn.
+  static constexpr bool kBothTiles = S <= 4;
+  static constexpr int kTileFloats = (kBothTiles ? 2 : 1) * kTile * kStride;
+};
+
+// Warps per block for T rows, R per warp: up to kWarps, fewer when T is short.
+inline int block_warps(int T, int R) { return static_cast<int>(ceil_div(T, R) < kWarps ? ceil_div(T, R) : kWarps); }
 
 // An input element as attention reads it: itself, or rounded to bf16 (and widened back exactly).
 template <bool kBf16>
@@ -40,113 +82,183 @@ __device__ __forceinline__ float input(float x) {
   return x;
 }
 
-// May row t (seg_t its id) attend to key t2 of the same batch row?
-__device__ __forceinline__ bool visible(int t2, int t, const int32_t* seg_row, int32_t seg_t) {
-  return t2 <= t && (seg_row == nullptr || seg_row[t2] == seg_t);
-}
-
-// 1 when any row of [t_begin, t_end) may see any key of [k_begin, k_end) (the tiles' ranges are
-// clipped to T): a block-wide, uniform answer that lets the whole block skip a tile.
-__device__ int block_any_visible(int t, bool active, int k_begin, int k_end, const int32_t* seg_row, int* flag) {
-  __syncthreads();  // the previous tile's readers are done with `flag`
-  if (threadIdx.x == 0) *flag = 0;
-  __syncthreads();
-  if (active) {
-    const int32_t seg_t = seg_row ? seg_row[t] : 0;
-    for (int t2 = k_begin; t2 < k_end && t2 <= t; ++t2)
-      if (visible(t2, t, seg_row, seg_t)) {
-        *flag = 1;  // every writer writes 1
-        break;
-      }
+// Whether some query of [q0, q1) (at most 32) may see some key of [k0, k1) (ranges clipped to T): a
+// block-wide, uniform answer that lets the whole block skip a tile, in one barrier. Thread x < 32
+// writes query q0 + x's answer into its slot of slots[call % 2] (the value `call`, or −1) whatever it
+// is, so no slot needs clearing; every thread then reads the 32 slots. Call number `call` (0, 1, ...
+// within a block) and the parity keep calls apart: call c + 2 writes only after call c + 1's barrier,
+// which every reader of call c has passed.
+__device__ bool block_any_visible(int call, int q0, int q1, int k0, int k1, const int32_t* seg_row, int* slots) {
+  int* slot = slots + (call & 1) * kWarp;
+  if (threadIdx.x < kWarp) {
+    const int t = q0 + static_cast<int>(threadIdx.x);
+    bool any = false;
+    if (t < q1) {
+      const int32_t seg_t = seg_row ? seg_row[t] : 0;
+      for (int t2 = k0; t2 < k1 && t2 <= t && !any; ++t2) any = !seg_row || seg_row[t2] == seg_t;
+    }
+    slot[threadIdx.x] = any ? call : -1;
   }
-  __syncthreads();
-  return *flag;
+  __syncthreads();  // also: every warp is done with the previous tile
+  bool any = false;
+  for (int x = 0; x < kWarp; ++x) any = any || slot[x] == call;
+  return any;
 }
 
-// Loads rows [c0, c0 + n) of two HS-wide slices of qkv-like rows (row stride `ld`) into tile (n, HS) x 2.
+// Rows [0, n) of an HS-wide slice (src: its row 0, row stride ld) into `dst` (row stride `stride`)
+// as attention reads them; rows [n, rows) zero.
 template <bool kBf16>
-__device__ void load_tile(float* tile, const float* a, const float* b, int ld, int c0, int n, int HS) {
-  for (int idx = threadIdx.x; idx < n * HS; idx += blockDim.x) {
+__device__ void load_rows(float* dst, int stride, const float* src, size_t ld, int n, int rows, int HS) {
+  for (int idx = threadIdx.x; idx < rows * HS; idx += blockDim.x) {
     const int r = idx / HS, i = idx % HS;
-    tile[idx] = input<kBf16>(a[static_cast<size_t>(c0 + r) * ld + i]);
-    tile[n * HS + idx] = input<kBf16>(b[static_cast<size_t>(c0 + r) * ld + i]);
+    dst[r * stride + i] = r < n ? input<kBf16>(src[static_cast<size_t>(r) * ld + i]) : 0.f;
   }
 }
 
-__device__ __forceinline__ float dot(const float* x, const float* y, int HS) {
-  float s = 0.f;
-  for (int i = 0; i < HS; ++i) s += x[i] * y[i];
-  return s;
+// Segment ids of rows [t0, t0 + n) of a tile (0 without a mask).
+__device__ void load_segments(int32_t* dst, const int32_t* seg_row, int t0, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = seg_row ? seg_row[t0 + i] : 0;
 }
 
-// One query row per thread of a (ceil(T / kBq), B·NH) grid: what the forward and dq kernels share.
-struct QueryRow {
-  int b, h, kvh, QKV, r1, t;  // batch row, query head, its k/v head, qkv width, block's row end, row
-  bool active;                // t < T (the last block's extra threads still join every barrier)
-  const float* rows;          // qkv of batch row b
-  const int32_t* seg_row;     // its segment ids, or null
-  int32_t seg_t;
-  float scale;  // 1/sqrt(HS)
+// dot[r] = Σ_i x_r[i]·y[i], i in increasing order, for the warp's R rows x_r (row stride W): y is the
+// lane's tile row; 0 where the lane has none (live false).
+template <int R>
+__device__ __forceinline__ void lane_dots(float (&dot)[R], const float* x, int W, const float* y, bool live, int HS) {
+  SFTDP_UNROLL
+  for (int r = 0; r < R; ++r) dot[r] = 0.f;
+  if (!live) return;
+  for (int i = 0; i < HS; ++i) {
+    const float yi = y[i];
+    SFTDP_UNROLL
+    for (int r = 0; r < R; ++r) dot[r] += x[r * W + i] * yi;
+  }
+}
+
+// acc[s] += Σ_{j in [j0, j1), seg_tile[j] == seg, increasing} w[j]·tile[j][s·32 + lane] over the lane's
+// columns below HS: the visible rows of a tile (the others may hold anything, NaN included).
+template <int S>
+__device__ __forceinline__ void add_weighted_rows(float (&acc)[S], int j0, int j1, const int32_t* seg_tile, int32_t seg,
+                                                  const float* w, const float* tile, int lane, int HS) {
+  for (int j = j0; j < j1; ++j) {
+    if (seg_tile[j] != seg) continue;
+    const float wj = w[j];
+    SFTDP_UNROLL
+    for (int s = 0; s < S; ++s)
+      if (s * kWarp + lane < HS) acc[s] += wj * tile[j * (kWarp * S + 1) + s * kWarp + lane];
+  }
+}
+
+// What every kernel of one (b, head) needs: grid (row blocks, B·heads).
+struct Head {
+  int b, h, QKV;
+  const float* rows;       // qkv of batch row b
+  const int32_t* seg_row;  // its segment ids, or null
+  float scale;             // 1/sqrt(HS)
 };
-__device__ QueryRow query_row(const float* qkv, const int32_t* seg, int T, int NH, int KVH, int HS) {
-  QueryRow r;
-  r.b = blockIdx.y / NH, r.h = blockIdx.y % NH, r.kvh = r.h / (NH / KVH);
-  r.QKV = (NH + 2 * KVH) * HS;
-  const int r0 = blockIdx.x * kBq;
-  r.r1 = min(T, r0 + kBq), r.t = r0 + threadIdx.x, r.active = r.t < T;
-  r.rows = qkv + static_cast<size_t>(r.b) * T * r.QKV;
-  r.seg_row = seg ? seg + static_cast<size_t>(r.b) * T : nullptr;
-  r.seg_t = r.seg_row && r.active ? r.seg_row[r.t] : 0;
-  r.scale = 1.f / sqrtf(static_cast<float>(HS));
-  return r;
+__device__ Head head_of(const float* qkv, const int32_t* seg, int T, int heads, int NH, int KVH, int HS) {
+  Head hd;
+  hd.b = blockIdx.y / heads, hd.h = blockIdx.y % heads;
+  hd.QKV = (NH + 2 * KVH) * HS;
+  hd.rows = qkv + static_cast<size_t>(hd.b) * T * hd.QKV;
+  hd.seg_row = seg ? seg + static_cast<size_t>(hd.b) * T : nullptr;
+  hd.scale = 1.f / sqrtf(static_cast<float>(HS));
+  return hd;
 }
 
-// f(k, v) for every key row t may see, in increasing order: key tiles up to the block's last row
-// through shared memory (`tile`, kTileFloats), a tile no row of the block may see skipped.
-template <bool kBf16, class F>
-__device__ void for_each_visible_key(const QueryRow& r, float* tile, int* flag, int T, int NH, int KVH, int HS, F f) {
-  const int Bk = tile_rows(HS);
-  for (int c0 = 0; c0 < r.r1; c0 += Bk) {
-    const int n = min(Bk, T - c0);
-    if (!block_any_visible(r.t, r.active, c0, c0 + n, r.seg_row, flag)) continue;  // (its barrier first)
-    load_tile<kBf16>(tile, r.rows + (NH + r.kvh) * HS, r.rows + (NH + KVH + r.kvh) * HS, r.QKV, c0, n, HS);
-    __syncthreads();
-    if (r.active)
-      for (int j = 0; j < n; ++j)
-        if (visible(c0 + j, r.t, r.seg_row, r.seg_t)) f(tile + j * HS, tile + n * HS + j * HS);
-  }
-}
-
-// grid (ceil(T / kBq), B·NH), block kBq.
-template <bool kBf16>
+// grid (ceil(T / Br), B·NH), block warps·32 (block_warps). Row t = r0 + warp·R + r.
+template <class C>
 __global__ void attention_fwd_kernel(float* out, float* lse, const float* qkv, const int32_t* seg, int T, int NH,
                                      int KVH, int HS) {
-  __shared__ float tile[kTileFloats];
-  __shared__ int flag;
-  const QueryRow r = query_row(qkv, seg, T, NH, KVH, HS);
-  float q[kMaxHS], acc[kMaxHS];
-  for (int i = 0; i < HS; ++i) {
-    q[i] = r.active ? input<kBf16>(r.rows[static_cast<size_t>(r.t) * r.QKV + r.h * HS + i]) : 0.f;
-    acc[i] = 0.f;
+  constexpr bool kBf16 = C::kBf16;
+  constexpr int S = C::S, R = C::kQueryRows, W = C::kWidth, kMaxRows = kWarps * R;
+  __shared__ float q_tile[kMaxRows * W];      // the block's q rows
+  __shared__ float kv_tile[C::kTileFloats];   // a key tile's k rows and v rows (or k, then v)
+  __shared__ float s_tile[kMaxRows * kTile];  // each row's scores for the tile's keys (−inf: invisible)
+  __shared__ float p_tile[kMaxRows * kTile];  // and their P
+  __shared__ float l_tile[kMaxRows * kTile];  // at the end: each lane's share of each row's l
+  __shared__ int32_t seg_tile[kTile];
+  __shared__ int slots[2 * kWarp];
+  const Head hd = head_of(qkv, seg, T, NH, NH, KVH, HS);
+  const int kvh = hd.h / (NH / KVH), lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int rows = blockDim.x / kWarp * R, r0 = blockIdx.x * rows, r1 = min(T, r0 + rows), wr0 = r0 + warp * R;
+  float* k_tile = kv_tile;
+  float* v_tile = C::kBothTiles ? kv_tile + kTile * C::kStride : kv_tile;
+  load_rows<kBf16>(q_tile, W, hd.rows + static_cast<size_t>(r0) * hd.QKV + hd.h * HS, hd.QKV, r1 - r0, rows, HS);
+  int32_t seg_t[R];
+  float m[R], l[R], shrink[R], acc[R][S];
+  SFTDP_UNROLL
+  for (int r = 0; r < R; ++r) {
+    seg_t[r] = hd.seg_row && wr0 + r < T ? hd.seg_row[wr0 + r] : 0;
+    m[r] = -INFINITY, l[r] = 0.f, shrink[r] = 1.f;
+    SFTDP_UNROLL
+    for (int s = 0; s < S; ++s) acc[r][s] = 0.f;
   }
-  float m = -INFINITY, l = 0.f;
-  for_each_visible_key<kBf16>(r, tile, &flag, T, NH, KVH, HS, [&](const float* k, const float* v) {
-    const float s = r.scale * dot(q, k, HS);
-    if (s > m) {  // rescale what was summed so far to the new max
-      const float shrink = expf(m - s);
-      l *= shrink;
-      for (int i = 0; i < HS; ++i) acc[i] *= shrink;
-      m = s;
+  const float* k_rows = hd.rows + static_cast<size_t>(NH + kvh) * HS;
+  const float* v_rows = hd.rows + static_cast<size_t>(NH + KVH + kvh) * HS;
+  for (int c0 = 0, call = 0; c0 < r1; c0 += kTile, ++call) {
+    const int n = min(kTile, T - c0);
+    if (!block_any_visible(call, r0, r1, c0, c0 + n, hd.seg_row, slots)) continue;
+    load_rows<kBf16>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+    if constexpr (C::kBothTiles)
+      load_rows<kBf16>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+    load_segments(seg_tile, hd.seg_row, c0, n);
+    __syncthreads();
+    float dot[R];
+    lane_dots(dot, q_tile + warp * R * W, W, k_tile + lane * C::kStride, lane < n, HS);  // q_t·k_j, j = c0 + lane
+    int jn[R];  // row r may see keys c0 + [0, jn) (and of them those of its segment)
+    SFTDP_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const int t = wr0 + r;
+      jn[r] = t < T ? min(n, t - c0 + 1) : 0;
+      const bool v = lane < jn[r] && seg_tile[lane] == seg_t[r];
+      s_tile[(warp * R + r) * kTile + lane] = v ? hd.scale * dot[r] : -INFINITY;
     }
-    const float p = expf(s - m);
-    l += p;
-    for (int i = 0; i < HS; ++i) acc[i] += p * v[i];
-  });
-  if (!r.active) return;
-  const float inv = 1.f / l;  // l >= 1: t always sees itself
-  float* o = out + (static_cast<size_t>(r.b) * T + r.t) * NH * HS + r.h * HS;
-  for (int i = 0; i < HS; ++i) o[i] = acc[i] * inv;
-  lse[(static_cast<size_t>(r.b) * NH + r.h) * T + r.t] = m + logf(l);
+    __syncwarp();  // the warp's score rows are written
+    SFTDP_UNROLL
+    for (int r = 0; r < R; ++r) {  // the online softmax's step over this tile
+      const float* sr = s_tile + (warp * R + r) * kTile;
+      float m_tile = -INFINITY;
+      for (int j = 0; j < jn[r]; ++j) m_tile = max(m_tile, sr[j]);  // every lane: the same max
+      if (m_tile == -INFINITY) jn[r] = 0;                           // the row sees nothing here
+      if (jn[r] == 0) continue;                                     // (its state stays as it was)
+      const float m_new = max(m[r], m_tile);
+      shrink[r] = expf(m[r] - m_new);  // 0 on the first tile seen (m = −inf), 1 if the max stays
+      const float p = lane < jn[r] ? expf(sr[lane] - m_new) : 0.f;  // 0 where invisible
+      l[r] = l[r] * shrink[r] + p;                                  // the lane's own keys
+      m[r] = m_new;
+      p_tile[(warp * R + r) * kTile + lane] = p;
+    }
+    if constexpr (C::kBothTiles) {
+      __syncwarp();  // the warp's P rows are written
+    } else {
+      __syncthreads();  // every warp is done with the k rows (and its P rows are written)
+      load_rows<kBf16>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+      __syncthreads();
+    }
+    SFTDP_UNROLL
+    for (int r = 0; r < R; ++r) {
+      if (jn[r] == 0) continue;
+      SFTDP_UNROLL
+      for (int s = 0; s < S; ++s) acc[r][s] *= shrink[r];
+      add_weighted_rows<S>(acc[r], 0, jn[r], seg_tile, seg_t[r], p_tile + (warp * R + r) * kTile, v_tile, lane, HS);
+    }
+  }
+  SFTDP_UNROLL
+  for (int r = 0; r < R; ++r) l_tile[(warp * R + r) * kTile + lane] = l[r];
+  __syncwarp();  // the warp's lane sums are written
+  SFTDP_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const int t = wr0 + r;
+    if (t >= T) continue;
+    float sum = 0.f;  // every lane adds the 32 lane sums in the same order: the same bits
+    for (int j = 0; j < kTile; ++j) sum += l_tile[(warp * R + r) * kTile + j];
+    const float inv = 1.f / sum;  // sum >= 1: t always sees itself
+    float* o = out + (static_cast<size_t>(hd.b) * T + t) * NH * HS + hd.h * HS;
+    SFTDP_UNROLL
+    for (int s = 0; s < S; ++s)
+      if (s * kWarp + lane < HS) o[s * kWarp + lane] = acc[r][s] * inv;
+    if (lane == 0) lse[(static_cast<size_t>(hd.b) * NH + hd.h) * T + t] = m[r] + logf(sum);
+  }
 }
 
 // D[b,h,t] = Σ_i dO[b,t,h,i]·O[b,t,h,i]: one thread per (b, h, t), i in increasing order.
@@ -164,105 +276,187 @@ __global__ void attention_bwd_delta_kernel(float* delta, const float* dout, cons
   }
 }
 
-// dq row t = scale·Σ_j dS·k_j, dS = P·(dP − D): grid (ceil(T / kBq), B·NH), block kBq, as forward.
-template <bool kBf16>
+// dq row t = scale·Σ_j dS·k_j, dS = P·(dP − D): grid and block as forward.
+template <class C>
 __global__ void attention_bwd_dq_kernel(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                         const float* lse, const int32_t* seg, int T, int NH, int KVH, int HS) {
-  __shared__ float tile[kTileFloats];
-  __shared__ int flag;
-  const QueryRow r = query_row(qkv, seg, T, NH, KVH, HS);
-  const size_t bht = (static_cast<size_t>(r.b) * NH + r.h) * T + r.t;
-  float q[kMaxHS], g[kMaxHS], dq[kMaxHS];
-  for (int i = 0; i < HS; ++i) {
-    q[i] = r.active ? input<kBf16>(r.rows[static_cast<size_t>(r.t) * r.QKV + r.h * HS + i]) : 0.f;
-    g[i] = r.active ? input<kBf16>(dout[(static_cast<size_t>(r.b) * T + r.t) * NH * HS + r.h * HS + i]) : 0.f;
-    dq[i] = 0.f;
+  constexpr bool kBf16 = C::kBf16;
+  constexpr int S = C::S, R = C::kQueryRows, W = C::kWidth, kMaxRows = kWarps * R;
+  __shared__ float q_tile[kMaxRows * W];       // the block's q rows
+  __shared__ float g_tile[kMaxRows * W];       // and their dO rows
+  __shared__ float kv_tile[C::kTileFloats];    // a key tile's k rows and v rows (or v, then k)
+  __shared__ float ds_tile[kMaxRows * kTile];  // dS of each row for the tile's keys
+  __shared__ int32_t seg_tile[kTile];
+  __shared__ int slots[2 * kWarp];
+  const Head hd = head_of(qkv, seg, T, NH, NH, KVH, HS);
+  const int kvh = hd.h / (NH / KVH), lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int rows = blockDim.x / kWarp * R, r0 = blockIdx.x * rows, r1 = min(T, r0 + rows), wr0 = r0 + warp * R;
+  const int OC = NH * HS;
+  float* k_tile = kv_tile;
+  float* v_tile = C::kBothTiles ? kv_tile + kTile * C::kStride : kv_tile;
+  load_rows<kBf16>(q_tile, W, hd.rows + static_cast<size_t>(r0) * hd.QKV + hd.h * HS, hd.QKV, r1 - r0, rows, HS);
+  load_rows<kBf16>(g_tile, W, dout + (static_cast<size_t>(hd.b) * T + r0) * OC + hd.h * HS, OC, r1 - r0, rows, HS);
+  int32_t seg_t[R];
+  float lse_t[R], delta_t[R], dq[R][S];
+  SFTDP_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const int t = wr0 + r;
+    const size_t bht = (static_cast<size_t>(hd.b) * NH + hd.h) * T + t;
+    seg_t[r] = hd.seg_row && t < T ? hd.seg_row[t] : 0;
+    lse_t[r] = t < T ? lse[bht] : 0.f, delta_t[r] = t < T ? delta[bht] : 0.f;
+    SFTDP_UNROLL
+    for (int s = 0; s < S; ++s) dq[r][s] = 0.f;
   }
-  const float l = r.active ? lse[bht] : 0.f, D = r.active ? delta[bht] : 0.f;
-  for_each_visible_key<kBf16>(r, tile, &flag, T, NH, KVH, HS, [&](const float* k, const float* v) {
-    const float p = expf(r.scale * dot(q, k, HS) - l);
-    const float ds = p * (dot(g, v, HS) - D) * r.scale;
-    for (int i = 0; i < HS; ++i) dq[i] += ds * k[i];
-  });
-  if (!r.active) return;
-  float* d = dqkv + (static_cast<size_t>(r.b) * T + r.t) * r.QKV + r.h * HS;
-  for (int i = 0; i < HS; ++i) d[i] = dq[i];
+  const float* k_rows = hd.rows + static_cast<size_t>(NH + kvh) * HS;
+  const float* v_rows = hd.rows + static_cast<size_t>(NH + KVH + kvh) * HS;
+  for (int c0 = 0, call = 0; c0 < r1; c0 += kTile, ++call) {
+    const int n = min(kTile, T - c0);
+    if (!block_any_visible(call, r0, r1, c0, c0 + n, hd.seg_row, slots)) continue;
+    load_rows<kBf16>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+    if constexpr (C::kBothTiles)
+      load_rows<kBf16>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+    load_segments(seg_tile, hd.seg_row, c0, n);
+    __syncthreads();
+    float dp[R], dot[R];
+    lane_dots(dp, g_tile + warp * R * W, W, v_tile + lane * C::kStride, lane < n, HS);  // dO_t·v_j, j = c0 + lane
+    if constexpr (!C::kBothTiles) {
+      __syncthreads();  // every warp is done with the v rows
+      load_rows<kBf16>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+      __syncthreads();
+    }
+    lane_dots(dot, q_tile + warp * R * W, W, k_tile + lane * C::kStride, lane < n, HS);  // q_t·k_j
+    int jn[R];  // row r may see keys c0 + [0, jn) (and of them those of its segment)
+    SFTDP_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const int t = wr0 + r;
+      jn[r] = t < T ? min(n, t - c0 + 1) : 0;
+      const bool v = lane < jn[r] && seg_tile[lane] == seg_t[r];
+      const float p = v ? expf(hd.scale * dot[r] - lse_t[r]) : 0.f;
+      ds_tile[(warp * R + r) * kTile + lane] = v ? p * (dp[r] - delta_t[r]) * hd.scale : 0.f;
+    }
+    __syncwarp();  // the warp's dS rows are written
+    SFTDP_UNROLL
+    for (int r = 0; r < R; ++r)
+      add_weighted_rows<S>(dq[r], 0, jn[r], seg_tile, seg_t[r], ds_tile + (warp * R + r) * kTile, k_tile, lane, HS);
+  }
+  SFTDP_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const int t = wr0 + r;
+    if (t >= T) continue;
+    float* d = dqkv + (static_cast<size_t>(hd.b) * T + t) * hd.QKV + hd.h * HS;
+    SFTDP_UNROLL
+    for (int s = 0; s < S; ++s)
+      if (s * kWarp + lane < HS) d[s * kWarp + lane] = dq[r][s];
+  }
 }
 
-// dk, dv of key row j of k/v head kvh: grid (ceil(T / kBq), B·KVH), block kBq (one key row each).
-template <bool kBf16>
+// dk, dv of key row j of k/v head kvh: grid (ceil(T / Br), B·KVH), block warps·32 (Br key rows, row
+// j = c0 + warp·R + r). Query tiles of 32 queries (lane i: query t0 + i): q rows and dO rows at once
+// up to S = 4, else q, then dO, then q again.
+template <class C>
 __global__ void attention_bwd_dkv_kernel(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                          const float* lse, const int32_t* seg, int T, int NH, int KVH, int HS) {
-  __shared__ float tile[kTileFloats];  // q rows, then dO rows, of one query tile
-  __shared__ float tile_lse[kBq], tile_delta[kBq];
-  __shared__ int flag;
-  const int b = blockIdx.y / KVH, kvh = blockIdx.y % KVH, G = NH / KVH;
-  const int QKV = (NH + 2 * KVH) * HS, OC = NH * HS, c0 = blockIdx.x * kBq;
-  const int j = c0 + threadIdx.x, Bt = tile_rows(HS);
-  const bool active = j < T;
-  const float* rows = qkv + static_cast<size_t>(b) * T * QKV;
-  const int32_t* seg_row = seg ? seg + static_cast<size_t>(b) * T : nullptr;
-  const int32_t seg_j = seg_row && active ? seg_row[j] : 0;
-  const float scale = 1.f / sqrtf(static_cast<float>(HS));
-  float k[kMaxHS], v[kMaxHS], dk[kMaxHS], dv[kMaxHS], hk[kMaxHS], hv[kMaxHS];
-  for (int i = 0; i < HS; ++i) {
-    k[i] = active ? input<kBf16>(rows[static_cast<size_t>(j) * QKV + (NH + kvh) * HS + i]) : 0.f;
-    v[i] = active ? input<kBf16>(rows[static_cast<size_t>(j) * QKV + (NH + KVH + kvh) * HS + i]) : 0.f;
-    dk[i] = dv[i] = 0.f;
+  constexpr bool kBf16 = C::kBf16;
+  constexpr int S = C::S, R = C::kKeyRows, W = C::kWidth, kMaxRows = kWarps * R;
+  __shared__ float k_tile[kMaxRows * W];     // the block's k rows
+  __shared__ float v_tile[kMaxRows * W];     // and v rows
+  __shared__ float qg_tile[C::kTileFloats];  // a query tile's q rows and dO rows (or q, dO, q)
+  __shared__ float p_tile[kMaxRows * kTile], ds_tile[kMaxRows * kTile];  // P, dS of each key row
+  __shared__ int32_t seg_tile[kTile];
+  __shared__ int slots[2 * kWarp];
+  const Head hd = head_of(qkv, seg, T, KVH, NH, KVH, HS);
+  const int kvh = hd.h, G = NH / KVH, OC = NH * HS, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int rows = blockDim.x / kWarp * R, c0 = blockIdx.x * rows, c1 = min(T, c0 + rows), wc0 = c0 + warp * R;
+  float* q_tile = qg_tile;
+  float* g_tile = C::kBothTiles ? qg_tile + kTile * C::kStride : qg_tile;
+  load_rows<kBf16>(k_tile, W, hd.rows + static_cast<size_t>(c0) * hd.QKV + (NH + kvh) * HS, hd.QKV, c1 - c0, rows, HS);
+  load_rows<kBf16>(v_tile, W, hd.rows + static_cast<size_t>(c0) * hd.QKV + (NH + KVH + kvh) * HS, hd.QKV, c1 - c0, rows,
+                   HS);
+  int32_t seg_c[R];
+  float dk[R][S], dv[R][S];
+  SFTDP_UNROLL
+  for (int r = 0; r < R; ++r) {
+    seg_c[r] = hd.seg_row && wc0 + r < T ? hd.seg_row[wc0 + r] : 0;
+    SFTDP_UNROLL
+    for (int s = 0; s < S; ++s) dk[r][s] = dv[r][s] = 0.f;  // (overwritten by the first head's sums)
   }
+  int call = 0;
   for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
-    for (int i = 0; i < HS; ++i) hk[i] = hv[i] = 0.f;
-    const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * T;
-    const float* delta_h = delta + (static_cast<size_t>(b) * NH + h) * T;
-    for (int t0 = c0 / Bt * Bt; t0 < T; t0 += Bt) {  // query tiles from the one holding the block's first key
-      const int n = min(Bt, T - t0);
-      // Does any query of [t0, t0 + n) see any key of this block? (Asked from the keys' side.)
-      __syncthreads();
-      if (threadIdx.x == 0) flag = 0;
-      __syncthreads();
-      if (active)
-        for (int t = max(t0, j); t < t0 + n; ++t)
-          if (!seg_row || seg_row[t] == seg_j) {
-            flag = 1;
-            break;
-          }
-      __syncthreads();
-      if (!flag) continue;
-      for (int idx = threadIdx.x; idx < n * HS; idx += blockDim.x) {  // q rows (stride QKV), dO rows (stride OC)
-        const int r = idx / HS, i = idx % HS;
-        tile[idx] = input<kBf16>(rows[static_cast<size_t>(t0 + r) * QKV + h * HS + i]);
-        tile[n * HS + idx] = input<kBf16>(dout[(static_cast<size_t>(b) * T + t0 + r) * OC + h * HS + i]);
-      }
-      for (int r = threadIdx.x; r < n; r += blockDim.x) {
-        tile_lse[r] = lse_h[t0 + r];
-        tile_delta[r] = delta_h[t0 + r];
-      }
-      __syncthreads();
-      if (active) {
-        for (int r = 0; r < n; ++r) {
-          const int t = t0 + r;
-          if (t < j || (seg_row && seg_row[t] != seg_j)) continue;
-          const float* qt = tile + r * HS;
-          const float* gt = tile + n * HS + r * HS;
-          const float p = expf(scale * dot(qt, k, HS) - tile_lse[r]);
-          const float ds = p * (dot(gt, v, HS) - tile_delta[r]) * scale;
-          for (int i = 0; i < HS; ++i) {
-            hk[i] += ds * qt[i];
-            hv[i] += p * gt[i];
-          }
-        }
-      }
+    float hk[R][S], hv[R][S];
+    SFTDP_UNROLL
+    for (int r = 0; r < R; ++r) {
+      SFTDP_UNROLL
+      for (int s = 0; s < S; ++s) hk[r][s] = hv[r][s] = 0.f;
     }
-    for (int i = 0; i < HS; ++i) {  // this head's sums, complete: into the total, in increasing h
-      dk[i] = h == kvh * G ? hk[i] : dk[i] + hk[i];
-      dv[i] = h == kvh * G ? hv[i] : dv[i] + hv[i];
+    const float* lse_h = lse + (static_cast<size_t>(hd.b) * NH + h) * T;
+    const float* delta_h = delta + (static_cast<size_t>(hd.b) * NH + h) * T;
+    const float* q_rows = hd.rows + static_cast<size_t>(h) * HS;
+    const float* g_rows = dout + static_cast<size_t>(hd.b) * T * OC + static_cast<size_t>(h) * HS;
+    for (int t0 = c0 / kTile * kTile; t0 < T; t0 += kTile, ++call) {  // from the query tile holding key c0
+      const int n = min(kTile, T - t0), t = t0 + lane;                // lane's query
+      if (!block_any_visible(call, t0, t0 + n, c0, c1, hd.seg_row, slots)) continue;
+      load_rows<kBf16>(q_tile, C::kStride, q_rows + static_cast<size_t>(t0) * hd.QKV, hd.QKV, n, n, HS);
+      if constexpr (C::kBothTiles)
+        load_rows<kBf16>(g_tile, C::kStride, g_rows + static_cast<size_t>(t0) * OC, OC, n, n, HS);
+      load_segments(seg_tile, hd.seg_row, t0, n);
+      const float lse_i = lane < n ? lse_h[t] : 0.f, delta_i = lane < n ? delta_h[t] : 0.f;
+      __syncthreads();
+      float p[R], dot[R];
+      int i0[R];  // key row r is seen by queries t0 + [i0, n) (and of them those of its segment)
+      bool v[R];
+      lane_dots(dot, k_tile + warp * R * W, W, q_tile + lane * C::kStride, lane < n, HS);  // k_j·q_t
+      SFTDP_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const int j = wc0 + r;
+        i0[r] = j < T ? max(0, j - t0) : n;
+        v[r] = lane >= i0[r] && lane < n && seg_tile[lane] == seg_c[r];
+        p[r] = v[r] ? expf(hd.scale * dot[r] - lse_i) : 0.f;
+      }
+      if constexpr (!C::kBothTiles) {
+        __syncthreads();  // every warp is done with the q rows
+        load_rows<kBf16>(g_tile, C::kStride, g_rows + static_cast<size_t>(t0) * OC, OC, n, n, HS);
+        __syncthreads();
+      }
+      lane_dots(dot, v_tile + warp * R * W, W, g_tile + lane * C::kStride, lane < n, HS);  // v_j·dO_t
+      SFTDP_UNROLL
+      for (int r = 0; r < R; ++r) {
+        p_tile[(warp * R + r) * kTile + lane] = p[r];
+        ds_tile[(warp * R + r) * kTile + lane] = v[r] ? p[r] * (dot[r] - delta_i) * hd.scale : 0.f;
+      }
+      __syncwarp();  // the warp's P and dS rows are written
+      SFTDP_UNROLL
+      for (int r = 0; r < R; ++r)
+        add_weighted_rows<S>(hv[r], i0[r], n, seg_tile, seg_c[r], p_tile + (warp * R + r) * kTile, g_tile, lane, HS);
+      if constexpr (!C::kBothTiles) {
+        __syncthreads();  // every warp is done with the dO rows
+        load_rows<kBf16>(q_tile, C::kStride, q_rows + static_cast<size_t>(t0) * hd.QKV, hd.QKV, n, n, HS);
+        __syncthreads();
+      }
+      SFTDP_UNROLL
+      for (int r = 0; r < R; ++r)
+        add_weighted_rows<S>(hk[r], i0[r], n, seg_tile, seg_c[r], ds_tile + (warp * R + r) * kTile, q_tile, lane, HS);
+    }
+    SFTDP_UNROLL
+    for (int r = 0; r < R; ++r) {  // this head's sums, complete: into the total, in increasing h
+      SFTDP_UNROLL
+      for (int s = 0; s < S; ++s) {
+        dk[r][s] = h == kvh * G ? hk[r][s] : dk[r][s] + hk[r][s];
+        dv[r][s] = h == kvh * G ? hv[r][s] : dv[r][s] + hv[r][s];
+      }
     }
   }
-  if (!active) return;
-  float* d = dqkv + (static_cast<size_t>(b) * T + j) * QKV;
-  for (int i = 0; i < HS; ++i) {
-    d[(NH + kvh) * HS + i] = dk[i];
-    d[(NH + KVH + kvh) * HS + i] = dv[i];
+  SFTDP_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const int j = wc0 + r;
+    if (j >= T) continue;
+    float* d = dqkv + (static_cast<size_t>(hd.b) * T + j) * hd.QKV;
+    SFTDP_UNROLL
+    for (int s = 0; s < S; ++s) {
+      const int i = s * kWarp + lane;
+      if (i >= HS) continue;
+      d[(NH + kvh) * HS + i] = dk[r][s];
+      d[(NH + KVH + kvh) * HS + i] = dv[r][s];
+    }
   }
 }
 
@@ -274,14 +468,27 @@ void check_dims(const char* op, int B, int T, int NH, int KVH, int HS) {
   SFTDP_ASSERT(static_cast<int64_t>(B) * NH <= 65535, std::string(op) + ": B·NH exceeds gridDim.y (65535)");
 }
 
+// f(integral_constant<S>) for the slices HS needs: 32·S >= HS.
+template <class F>
+void with_slices(int HS, F f) {
+  if (HS <= 32) return f(std::integral_constant<int, 1>{});
+  if (HS <= 64) return f(std::integral_constant<int, 2>{});
+  if (HS <= 128) return f(std::integral_constant<int, 4>{});
+  return f(std::integral_constant<int, 8>{});
+}
+
 template <bool kBf16>
 void forward(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH, int HS,
              cudaStream_t stream) {
   check_dims("attention_fwd", B, T, NH, KVH, HS);
   if (B == 0) return;
-  const dim3 grid(static_cast<unsigned>(ceil_div(T, kBq)), static_cast<unsigned>(B * NH));
-  SFTDP_LAUNCH(attention_fwd_kernel<kBf16>, grid, kBq, 0, stream, out, lse, qkv, seg, T, NH, KVH, HS);
-  CHECK_LAUNCH();
+  with_slices(HS, [&](auto slices) {
+    using Cfg = Config<kBf16, decltype(slices)::value>;
+    const int warps = block_warps(T, Cfg::kQueryRows);
+    const dim3 grid(static_cast<unsigned>(ceil_div(T, warps * Cfg::kQueryRows)), static_cast<unsigned>(B * NH));
+    SFTDP_LAUNCH(attention_fwd_kernel<Cfg>, grid, warps * kWarp, 0, stream, out, lse, qkv, seg, T, NH, KVH, HS);
+    CHECK_LAUNCH();
+  });
 }
 
 template <bool kBf16>
@@ -295,12 +502,18 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* out
   SFTDP_LAUNCH(attention_bwd_delta_kernel<kBf16>, elementwise_blocks(rows_bht, kBlock), kBlock, 0, stream, delta, dout,
                out, B, T, NH, HS);
   CHECK_LAUNCH();
-  const dim3 rows(static_cast<unsigned>(ceil_div(T, kBq)), static_cast<unsigned>(B * NH));
-  SFTDP_LAUNCH(attention_bwd_dq_kernel<kBf16>, rows, kBq, 0, stream, dqkv, delta, dout, qkv, lse, seg, T, NH, KVH, HS);
-  CHECK_LAUNCH();
-  const dim3 keys(static_cast<unsigned>(ceil_div(T, kBq)), static_cast<unsigned>(B * KVH));
-  SFTDP_LAUNCH(attention_bwd_dkv_kernel<kBf16>, keys, kBq, 0, stream, dqkv, delta, dout, qkv, lse, seg, T, NH, KVH, HS);
-  CHECK_LAUNCH();
+  with_slices(HS, [&](auto slices) {
+    using Cfg = Config<kBf16, decltype(slices)::value>;
+    const int q_warps = block_warps(T, Cfg::kQueryRows), k_warps = block_warps(T, Cfg::kKeyRows);
+    const dim3 q_grid(static_cast<unsigned>(ceil_div(T, q_warps * Cfg::kQueryRows)), static_cast<unsigned>(B * NH));
+    SFTDP_LAUNCH(attention_bwd_dq_kernel<Cfg>, q_grid, q_warps * kWarp, 0, stream, dqkv, delta, dout, qkv, lse, seg, T,
+                 NH, KVH, HS);
+    CHECK_LAUNCH();
+    const dim3 k_grid(static_cast<unsigned>(ceil_div(T, k_warps * Cfg::kKeyRows)), static_cast<unsigned>(B * KVH));
+    SFTDP_LAUNCH(attention_bwd_dkv_kernel<Cfg>, k_grid, k_warps * kWarp, 0, stream, dqkv, delta, dout, qkv, lse, seg, T,
+                 NH, KVH, HS);
+    CHECK_LAUNCH();
+  });
 }
 
 }  // namespace

@@ -2,11 +2,11 @@
 // kernels/cuda/attention.cu) against the CPU twin through the Ops tables: output, log-sum-exp and
 // every input gradient, for multi-head (GPT-2) and grouped-query (KVH < NH) attention, HS from 8 to
 // 256, T = 1 and T not a multiple of a 64-row tile, with and without packed segments; a masked key
-// never matters (NaN in a segment no tile may see, and above the diagonal); GQA equals MHA on k/v
-// heads repeated by hand, bit for bit (dk/dv summed over the repeats in increasing h); two runs
-// bitwise equal. fp32 within 1e-5 of each tensor's largest value (1e-4 for dqkv: sums over T keys
-// in different orders). With dtype bfloat16: the fp32 attention of bf16-rounded q, k, v and dO,
-// bit for bit. Skips without a GPU or the CUDA simulator.
+// never matters (NaN in a segment no tile may see, and in another segment's rows of a visited tile);
+// GQA equals MHA on k/v heads repeated by hand, bit for bit (dk/dv summed over the repeats in
+// increasing h); two runs bitwise equal. fp32 within 1e-5 of each tensor's largest value (1e-4 for
+// dqkv: sums over T keys in different orders). With dtype bfloat16: the fp32 attention of
+// bf16-rounded q, k, v and dO, bit for bit. Skips without a GPU or the CUDA simulator.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -145,6 +145,52 @@ TEST(CudaAttentionTiles, KeysNoTileMaySeeAreNeverRead) {
     for (int i = 0; i < OC; ++i) ASSERT_TRUE(std::isfinite(out[static_cast<size_t>(t) * OC + i])) << t;
     for (int h = 0; h < NH; ++h) ASSERT_TRUE(std::isfinite(lse[static_cast<size_t>(h) * T + t])) << t;
     for (int i = 0; i < QKV; ++i) ASSERT_TRUE(std::isfinite(dqkv[static_cast<size_t>(t) * QKV + i])) << t;
+  }
+}
+
+// A segment boundary inside a tile (rows 0..b-1 segment 1, the rest segment 2): the tiles holding
+// the boundary are visited, and their segment-1 keys must still never enter a segment-2 row's sums.
+// Segment 2's out, lse and dqkv rows are bitwise the same whether segment 1 holds random values or
+// NaN (q, k, v and dO): a kernel that adds P·v with P = 0 for a masked key gets NaN (0·NaN). Head
+// sizes 40 (a partial 32-column slice) and 200 (k and v, or q and dO, one tile at a time).
+TEST(CudaAttentionTiles, KeysOfAnotherSegmentInAVisitedTileNeverMatter) {
+  SFTDP_REQUIRE_CUDA(ops);
+  struct Case {
+    int T, NH, KVH, HS, boundary;
+  };
+  for (const Case c : {Case{100, 4, 2, 40, 41}, Case{70, 2, 1, 200, 37}}) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " HS=" + std::to_string(c.HS));
+    const int B = 1, T = c.T, NH = c.NH, KVH = c.KVH, HS = c.HS, QKV = (NH + 2 * KVH) * HS, OC = NH * HS;
+    std::vector<int32_t> seg(T);
+    for (int t = 0; t < T; ++t) seg[t] = t < c.boundary ? 1 : 2;
+    const auto qkv = uniform(static_cast<size_t>(T) * QKV, 71, -2.f, 2.f);
+    const auto dout = uniform(static_cast<size_t>(T) * OC, 72);
+    auto qkv_nan = qkv, dout_nan = dout;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t i = 0; i < static_cast<size_t>(c.boundary) * QKV; ++i) qkv_nan[i] = nan;
+    for (size_t i = 0; i < static_cast<size_t>(c.boundary) * OC; ++i) dout_nan[i] = nan;
+    DeviceBuffer<int32_t> d_seg(*ops, seg);
+    auto run = [&](const std::vector<float>& x, const std::vector<float>& g) {
+      DeviceBuffer<float> d_qkv(*ops, x), d_dout(*ops, g), d_out(*ops, static_cast<size_t>(T) * OC),
+          d_lse(*ops, static_cast<size_t>(NH) * T), d_dqkv(*ops, x.size());
+      d_out.poison(), d_lse.poison(), d_dqkv.poison();
+      ops->attention_fwd(d_out.get(), d_lse.get(), d_qkv.get(), d_seg.get(), B, T, NH, KVH, HS);
+      ops->attention_bwd(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), d_seg.get(), B, T, NH, KVH,
+                         HS);
+      const auto out = d_out.download(), lse = d_lse.download(), dqkv = d_dqkv.download();
+      Outputs seg2(3);  // segment 2's rows only
+      seg2[0].assign(out.begin() + static_cast<size_t>(c.boundary) * OC, out.end());
+      for (int h = 0; h < NH; ++h)
+        seg2[1].insert(seg2[1].end(), lse.begin() + static_cast<size_t>(h) * T + c.boundary,
+                       lse.begin() + static_cast<size_t>(h + 1) * T);
+      seg2[2].assign(dqkv.begin() + static_cast<size_t>(c.boundary) * QKV, dqkv.end());
+      return seg2;
+    };
+    const Outputs finite = run(qkv, dout), masked_nan = run(qkv_nan, dout_nan);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_TRUE(bitwise_equal(masked_nan[k], finite[k])) << "tensor " << k;
+      for (const float x : finite[k]) ASSERT_TRUE(std::isfinite(x)) << "tensor " << k;
+    }
   }
 }
 
