@@ -173,7 +173,7 @@ TEST_F(SimRecord, KnownOperationsGiveExactlyTheExpectedLines) {
   std::vector<std::string> got = lines_of(path);
   ASSERT_FALSE(got.empty());
   got[0] = without_pid(got[0]);
-  ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(got.size(), want.size()) << testing::PrintToString(got);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "line " << i;
 }
 
