@@ -197,21 +197,29 @@ __global__ void add_bias_kernel(float* C, const float* bias, int M, int N, int l
 constexpr int kBf16LdMultiple = 8;
 int padded_ld(int ld) { return (ld + kBf16LdMultiple - 1) / kBf16LdMultiple * kBf16LdMultiple; }
 
-// The registered bf16 mirrors (set_bf16_mirror): [src, src + n) is read as copy.
+// The registered bf16 mirrors: [src, src + n) is read as copy. ld 0 (the model's, set_bf16_mirror): any
+// operand inside whose leading dimension is a multiple of 8, at the same offset and ld. ld > 0 (a
+// launcher's, set_bf16_matrix_mirror): an operand of exactly that leading dimension, its rows in copy
+// at padded_ld(ld).
 struct Mirror {
   const float* src = nullptr;
   const __nv_bfloat16* copy = nullptr;
   size_t n = 0;
+  int ld = 0;
 };
 std::array<Mirror, kMirrorSlots + 1> g_mirrors;  // the model's slots, then kGemmPrivateMirror
 static_assert(kGemmPrivateMirror == kMirrorSlots, "the launchers' mirror follows the model's slots");
 
-// The mirror of a stored column-major matrix at p (extent elements, leading dimension ld), or null.
+// The mirror of a stored column-major matrix at p (extent elements, leading dimension ld), or null. Its
+// leading dimension is padded_ld(ld) either way.
 const __nv_bfloat16* mirrored(const float* p, size_t extent, int ld) {
-  if (ld % kBf16LdMultiple != 0) return nullptr;  // the copy keeps ld: it must be a tensor-core one
-  for (const Mirror& m : g_mirrors)
-    if (m.n && p >= m.src && static_cast<size_t>(p - m.src) <= m.n && extent <= m.n - static_cast<size_t>(p - m.src))
-      return m.copy + (p - m.src);
+  for (const Mirror& m : g_mirrors) {
+    if (!m.n || p < m.src || static_cast<size_t>(p - m.src) > m.n || extent > m.n - static_cast<size_t>(p - m.src))
+      continue;
+    const size_t at = static_cast<size_t>(p - m.src);
+    if (m.ld == 0 && ld % kBf16LdMultiple == 0) return m.copy + at;
+    if (m.ld == ld) return m.copy + at / ld * padded_ld(ld) + at % ld;
+  }
   return nullptr;
 }
 
@@ -235,7 +243,11 @@ const __nv_bfloat16* to_bf16(Scratch slot, const void* src, int rows, int cols, 
 void set_bf16_mirror(int slot, const float* src, const __nv_bfloat16* copy, size_t n) {
   SFTDP_ASSERT(slot >= 0 && slot <= kGemmPrivateMirror, "set_bf16_mirror: no slot " + std::to_string(slot));
   SFTDP_ASSERT(n == 0 || (src && copy), "set_bf16_mirror: a mirror needs both buffers");
-  g_mirrors[slot] = n ? Mirror{src, copy, n} : Mirror{};
+  g_mirrors[slot] = n ? Mirror{src, copy, n, 0} : Mirror{};
+}
+
+void set_bf16_matrix_mirror(const float* src, int rows, int ld, const __nv_bfloat16* copy) {
+  g_mirrors[kGemmPrivateMirror] = rows > 0 ? Mirror{src, copy, static_cast<size_t>(rows) * ld, ld} : Mirror{};
 }
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,

@@ -35,5 +35,11 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
 // Host state: one host thread queues on the one stream (as the scratch slots assume).
 constexpr int kGemmPrivateMirror = 4;
 void set_bf16_mirror(int slot, const float* src, const __nv_bfloat16* copy, size_t n);
+// The launchers' mirror (kGemmPrivateMirror): the row-major matrix src[rows][ld] rounded into copy with
+// rows padded to padded_bf16_ld(ld), read by GEMMs whose operand has that very leading dimension.
+// rows = 0 clears it.
+void set_bf16_matrix_mirror(const float* src, int rows, int ld, const __nv_bfloat16* copy);
+// ld rounded up to a multiple of 8 elements: the leading dimension of every bf16 operand copy.
+inline int padded_bf16_ld(int ld) { return (ld + 7) / 8 * 8; }
 
 }  // namespace sftdp::cuda

@@ -32,21 +32,21 @@ void bwd(float* dinp, float* dweight, float* dbias, const float* dout, const flo
          int IC, int OC, bool bf16, cudaStream_t stream) {
   check_dims("matmul_bwd", N, IC, OC);
   if (N == 0) return;
-  // bf16: dout rounded once for both GEMMs (a mirror of it for their inputs), where its rows are
-  // tensor-core aligned as they are (OC a multiple of 8); else each GEMM rounds its own copy.
-  const bool once = bf16 && dweight && OC % 8 == 0;
+  // bf16: dout rounded once for both GEMMs (a mirror of it, rows padded to a multiple of 8 as every
+  // bf16 operand copy is), not once per GEMM.
+  const bool once = bf16 && dweight;
   if (once) {
-    const size_t n = static_cast<size_t>(N) * OC;
-    __nv_bfloat16* dout16 = scratch_as<__nv_bfloat16>(Scratch::kGemmDout16, n);
-    cast_fp32_to_bf16(dout16, n, dout, n, n, 1, stream);
-    set_bf16_mirror(kGemmPrivateMirror, dout, dout16, n);
+    const int ld16 = padded_bf16_ld(OC);
+    __nv_bfloat16* dout16 = scratch_as<__nv_bfloat16>(Scratch::kGemmDout16, static_cast<size_t>(N) * ld16);
+    cast_fp32_to_bf16(dout16, ld16, dout, OC, OC, N, stream);
+    set_bf16_matrix_mirror(dout, N, OC, dout16);
   }
   // dinp[N,IC] = dout[N,OC] · weight[OC,IC]   (=)
   gemm(false, false, N, IC, OC, 1.f, dout, OC, weight, IC, 0.f, dinp, IC, nullptr, bf16, GemmBatch{}, stream);
   // dweight[OC,IC] += dout[N,OC]ᵀ · inp[N,IC]; null: a frozen weight (LoRA), no gradient
   if (dweight)
     gemm(true, false, OC, IC, N, 1.f, dout, OC, inp, IC, 1.f, dweight, IC, nullptr, bf16, GemmBatch{}, stream);
-  if (once) set_bf16_mirror(kGemmPrivateMirror, nullptr, nullptr, 0);
+  if (once) set_bf16_matrix_mirror(nullptr, 0, 0, nullptr);
   // dbias[OC] += Σ_n dout[n, :]
   if (dbias) add_column_sums(dbias, dout, N, OC, stream);
 }

@@ -45,7 +45,8 @@ size_t cuda_scratch_bytes(const config::ModelDims& d, int B, int T, bool bf16, i
   const size_t attention_copies = bf16 && attention_bf16::tensor_cores(d.head_size())
                                       ? N * (size_t(d.qkv_dim()) + d.attn_dim()) * 2 + size_t(B) * tiles * 8
                                       : 0;
-  const size_t bf16_copies = bf16 ? 2 * largest * 2 + N * widest * 2 + attention_copies : 0;  // + matmul's dout
+  const size_t dout_copy = std::max(N * widest, size_t(head_rows) * (d.V + 7)) * 2;  // matmul_bwd's dout, rounded once
+  const size_t bf16_copies = bf16 ? 2 * largest * 2 + dout_copy + attention_copies : 0;
   const size_t partials = (N / 128 + 1) * widest * 2 * sizeof(float);
   return kGemmWorkspaceBytes + bf16_copies + partials + N * 2 * sizeof(double) + size_t(B) * d.NH * T * sizeof(float) +
          7 * N * sizeof(int32_t);
