@@ -1,7 +1,7 @@
 // tests/kernels/test_cuda_attention.cpp — the CUDA attention twin (tiled, online softmax, no T×T:
 // kernels/cuda/attention.cu) against the CPU twin through the Ops tables: output, log-sum-exp and
 // every input gradient, for multi-head (GPT-2) and grouped-query (KVH < NH) attention, HS from 8 to
-// 256, T = 1 and T not a multiple of a 64-row tile, with and without packed segments; a masked key
+// 256, T = 1 and T not a multiple of a 32-row tile, with and without packed segments; a masked key
 // never matters (NaN in a segment no tile may see, and in another segment's rows of a visited tile);
 // GQA equals MHA on k/v heads repeated by hand, bit for bit (dk/dv summed over the repeats in
 // increasing h); two runs bitwise equal. fp32 within 1e-5 of each tensor's largest value (1e-4 for
@@ -110,7 +110,8 @@ TEST_P(CudaAttention, MatchesCpuAndRepeatedKvMha) {
   EXPECT_TRUE(bitwise_equal(got[1], m_lse.download()));
   EXPECT_TRUE(bitwise_equal(got[2], sum_repeats(m_dqkv.download(), c)));
 }
-// HS 8..256 (16-key tiles at 256), groups of 1 (MHA), 2, 3, 4, 8; T = 1, 65, 130 (past a tile).
+// HS 8..256: 1, 2, 4 and 8 slices of 32 columns (HS 9 and 18 partial ones), groups of 1 (MHA), 2, 3, 4,
+// 8; T = 1 and 7 (a block of fewer warps), 65 and 130 (past a tile of 32 keys).
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(HeadCase{1, 1, 2, 1, 8, false}, HeadCase{2, 7, 4, 2, 18, true},
                                            HeadCase{2, 64, 4, 4, 16, true}, HeadCase{2, 65, 8, 2, 64, true},
@@ -119,9 +120,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            HeadCase{1, 40, 2, 1, 256, true}),
                          NameFromParam());
 
-// NaN in every q/k/v row of a first segment that fills the first tile, and in a last segment that
-// fills the last tile: rows in between (segment 2) may see neither, so no output, lse or gradient
-// of theirs may be NaN (key tiles before their segment, and past the diagonal, are never read).
+// NaN in every q/k/v row of a first segment that fills whole tiles (rows 0..63), and in a last
+// segment that does too (256..319): rows in between (segment 2) may see neither, so no output, lse or
+// gradient of theirs may be NaN (key tiles before their segment, and past the diagonal, are never read).
 TEST(CudaAttentionTiles, KeysNoTileMaySeeAreNeverRead) {
   SFTDP_REQUIRE_CUDA(ops);
   const int B = 1, T = 320, NH = 2, KVH = 1, HS = 8, QKV = (NH + 2 * KVH) * HS, OC = NH * HS;
