@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/kernel_resources.py — the compiler's resource report for every CUDA kernel of sft-dp on an H100
 (sm_90), without a GPU: each .cu file of kernels/cuda/ and src/comm/ compiled as the project's CUDA build
-does (CMakeLists.txt's flags for its target, -arch=sm_90) with `-Xptxas -v --keep`, ptxas's per-function
+does (CMakeLists.txt's flags for its target, -arch=sm_90; -cubin: the device half of its -c) with
+`-Xptxas -v --keep` (the PTX, for the tensor-core files' mma.sync), ptxas's per-function
 report parsed (registers, static shared memory, stack frame, spill stores/loads), constant banks read
 from the cubin's ELF sections, names demangled (cu++filt, else c++filt), and the occupancy each kernel
 allows computed as CUDA's occupancy calculator (cuda_occupancy.h) does for compute capability 9.0.
@@ -594,7 +595,7 @@ def problems(results, tensor_core_files=TENSOR_CORE_FILES, root=ROOT):
         if not os.path.exists(os.path.join(root, rel)):
             out.append(f"{rel}: tensor-core file missing")
         elif rel not in by_file:
-            out.append(f"{rel}: tensor-core file not compiled (not under {', '.join(SOURCE_DIRS)})")
+            out.append(f"{rel}: tensor-core file not among the files compiled")
         elif by_file[rel]["status"] == 0 and not by_file[rel]["mma_ptx"]:
             out.append(f"{rel}: tensor-core file without an mma.sync instruction in its PTX")
     return list(dict.fromkeys(out))  # one line per problem, not per template instance
