@@ -5,7 +5,9 @@
 //   x'[i] = x[i]·cos a − x[i+HS/2]·sin a,   x'[i+HS/2] = x[i+HS/2]·cos a + x[i]·sin a.
 // pos = positions[b·T+t] when positions is non-null (packed segments restart at 0), else t.
 // The angle is formed in double precision (double(pos)·double(inv_freq[i])) and its cos/sin
-// taken in double, then rounded to float, in both twins, so they agree bit-for-bit on angles.
+// taken in double, then rounded to float, in both twins: the CPU twin by libm, the CUDA twin by its
+// own reduction modulo π/2 and Taylor series (kernels/cuda/rope.cu), within one double ulp of each
+// other, so the floats agree except where that ulp straddles a float rounding boundary (rare).
 // inv_freq (HS/2 floats, device memory) comes from the model (rope_theta, llama3 scaling).
 // Both passes work in place. rope_bwd applies the transpose rotation (angle −a) to the q and k
 // heads of dqkv: the gradient with respect to the un-rotated q and k.

@@ -37,16 +37,6 @@
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
 
-// Loops over per-lane register arrays must be unrolled (an array indexed at run time lives in local
-// memory); the simulator build keeps its registers in host memory and its compiler would warn about
-// the pragma.
-#ifndef SFTDP_UNROLL
-#ifdef SFTDP_CUDA_SIM
-#define SFTDP_UNROLL
-#else
-#define SFTDP_UNROLL _Pragma("unroll")
-#endif
-#endif
 
 namespace sftdp::cuda {
 namespace {

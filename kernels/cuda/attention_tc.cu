@@ -33,13 +33,6 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
-// Loops over register fragments must be unrolled: an array indexed at run time lives in local memory.
-#ifdef SFTDP_CUDA_SIM
-#define SFTDP_UNROLL
-#else
-#define SFTDP_UNROLL _Pragma("unroll")
-#endif
-
 // Planted bugs, for tests/cudasim/planted_attention_bugs.cpp only (a simulator build of this file with
 // SFTDP_PLANTED_BUGS defined): each must make the kernels' results fail the tests.
 #ifdef SFTDP_PLANTED_BUGS

@@ -11,6 +11,15 @@
 // After every kernel launch: a bad launch configuration is reported at the launching line.
 #define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
 
+// Before a loop over a per-thread register array: unrolled, so that every index is a compile-time
+// constant (an array indexed at run time lives in local memory). Nothing in the simulator build, whose
+// registers are host memory and whose host compiler would warn about the pragma.
+#ifdef SFTDP_CUDA_SIM
+#define SFTDP_UNROLL
+#else
+#define SFTDP_UNROLL _Pragma("unroll")
+#endif
+
 // kernel<<<grid, block, smem, stream>>>(args...), written so that a host compiler can build it too:
 // exactly that launch under nvcc; in the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim) the
 // simulator's launch, which runs the same kernel source on the CPU under CUDA's execution model.
