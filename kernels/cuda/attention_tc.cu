@@ -136,6 +136,55 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The next key tile after kt that query tile qt may see, or -1: key tiles up to the diagonal (causal)
+// whose segment ranges meet the query tile's. Every thread of the block gets the same answer.
+__device__ __forceinline__ int next_key_tile(const int2* ranges, int tiles, int b, int qt, int kt) {
+  for (++kt; kt <= qt; ++kt)
+    if (ranges_meet(ranges, tiles, b, qt, kt)) return kt;
+  return -1;
+}
+
+// K and V rows [kt·64, kt·64 + 64) of k/v head kvh (rows: qkv of the batch row) into stage `stage` of
+// the two-stage tiles sk, sv, their segment ids into sseg's stage: one cp.async group.
+template <int HS>
+__device__ __forceinline__ void load_kv_stage(bf16* sk, bf16* sv, int32_t* sseg, int stage, const bf16* rows,
+                                              const int32_t* seg_row, int kt, int T, int NH, int KVH, int kvh) {
+  constexpr int R = HS + 8;
+  const int QKV = (NH + 2 * KVH) * HS;
+  load_tile<HS>(sk + stage * kTile * R, rows + (NH + kvh) * HS, QKV, kt * kTile, T);
+  load_tile<HS>(sv + stage * kTile * R, rows + (NH + KVH + kvh) * HS, QKV, kt * kTile, T);
+  if (seg_row) load_segments(sseg + stage * kTile, seg_row, kt * kTile, T);
+  tc::cp_async_commit();
+}
+
+// The backward's two 16x32 products over the head dimension, from shared tiles (R = HS + 8 per row):
+// x = A1·B1ᵀ and y = A2·B2ᵀ with A = rows [a0, a0 + 16) of a1, a2 and B = rows [b0, b0 + 32) of b1, b2
+// (dK/dV: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ; dQ: S = Q·Kᵀ and dP = dO·Vᵀ). x, y: 4 n-tiles of C fragments, =.
+template <int HS>
+__device__ __forceinline__ void two_products_16x32(float (&x)[4][4], float (&y)[4][4], const bf16* a1, const bf16* a2,
+                                                   int a0, const bf16* b1, const bf16* b2, int b0) {
+  SFTDP_UNROLL
+  for (int nt = 0; nt < 4; ++nt) {
+    SFTDP_UNROLL
+    for (int e = 0; e < 4; ++e) x[nt][e] = y[nt][e] = 0.f;
+  }
+  for (int ks = 0; ks < HS / 16; ++ks) {  // (not unrolled: nothing here is indexed by ks)
+    uint32_t xa[4], ya[4];
+    load_a<HS>(xa, a1, a0, ks * 16);
+    load_a<HS>(ya, a2, a0, ks * 16);
+    SFTDP_UNROLL
+    for (int np = 0; np < 2; ++np) {
+      uint32_t xb[4], yb[4];
+      load_b_rows<HS>(xb, b1, b0 + np * 16, ks * 16);
+      load_b_rows<HS>(yb, b2, b0 + np * 16, ks * 16);
+      tc::mma_bf16_16816(x[2 * np], xa, xb, x[2 * np]);
+      tc::mma_bf16_16816(x[2 * np + 1], xa, xb + 2, x[2 * np + 1]);
+      tc::mma_bf16_16816(y[2 * np], ya, yb, y[2 * np]);
+      tc::mma_bf16_16816(y[2 * np + 1], ya, yb + 2, y[2 * np + 1]);
+    }
+  }
+}
+
 // ---- kernels --------------------------------------------------------------------------------------
 // (min, max) segment id of each 64-row tile of each batch row: grid (tiles, B), block kTile.
 __global__ void attention_tc_segment_ranges_kernel(int2* ranges, const int32_t* seg, int T) {
@@ -172,16 +221,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_tile<HS>(sq, rows + h * HS, QKV, r0, T);
   tc::cp_async_commit();
   const auto load_kv = [&](int stage, int kt) {
-    load_tile<HS>(sk + stage * kTile * R, rows + (NH + kvh) * HS, QKV, kt * kTile, T);
-    load_tile<HS>(sv + stage * kTile * R, rows + (NH + KVH + kvh) * HS, QKV, kt * kTile, T);
-    if (seg_row) load_segments(sseg + stage * kTile, seg_row, kt * kTile, T);
-    tc::cp_async_commit();
+    load_kv_stage<HS>(sk, sv, sseg, stage, rows, seg_row, kt, T, NH, KVH, kvh);
   };
-  const auto next_tile = [&](int kt) {  // the next key tile after kt this query tile may see, or -1
-    for (++kt; kt <= qt; ++kt)
-      if (ranges_meet(ranges, tiles, b, qt, kt)) return kt;
-    return -1;
-  };
+  const auto next_tile = [&](int kt) { return next_key_tile(ranges, tiles, b, qt, kt); };
   int kt = next_tile(-1);  // never -1: the diagonal tile holds every row's own key
   load_kv(0, kt);
   tc::cp_async_wait<1>();  // Q (the first group) has landed
@@ -212,22 +254,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     SFTDP_UNROLL
     for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
     SFTDP_UNROLL
-    for (int ks = 0; ks < KS; ++ks) SFTDP_UNROLL
-    for (int np = 0; np < 4; ++np) {
-      uint32_t kb[4];
-      load_b_rows<HS>(kb, K, np * 16, ks * 16);
-      tc::mma_bf16_16816(s[2 * np], qf[ks], kb, s[2 * np]);
-      tc::mma_bf16_16816(s[2 * np + 1], qf[ks], kb + 2, s[2 * np + 1]);
+    for (int ks = 0; ks < KS; ++ks) {
+      SFTDP_UNROLL
+      for (int np = 0; np < 4; ++np) {
+        uint32_t kb[4];
+        load_b_rows<HS>(kb, K, np * 16, ks * 16);
+        tc::mma_bf16_16816(s[2 * np], qf[ks], kb, s[2 * np]);
+        tc::mma_bf16_16816(s[2 * np + 1], qf[ks], kb + 2, s[2 * np + 1]);
+      }
     }
     // Mask unless every key of the tile is visible to every row of this warp.
     const bool all_visible =
         k0 + kTile - 1 <= r0 + warp * 16 && k0 + kTile <= T && one_segment(ranges, tiles, b, qt, kt);
-    if (!all_visible) SFTDP_UNROLL
-    for (int nt = 0; nt < 8; ++nt) SFTDP_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const int j = k0 + nt * 8 + 2 * tq + (e & 1), t = e < 2 ? t0 : t1;
-      const bool visible = j <= t && j < T && (!seg_row || kseg[j - k0] == (e < 2 ? seg0 : seg1));
-      if (!visible) s[nt][e] = -INFINITY;
+    if (!all_visible) {
+      SFTDP_UNROLL
+      for (int nt = 0; nt < 8; ++nt) {
+        SFTDP_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const int j = k0 + nt * 8 + 2 * tq + (e & 1), t = e < 2 ? t0 : t1;
+          const bool visible = j <= t && j < T && (!seg_row || kseg[j - k0] == (e < 2 ? seg0 : seg1));
+          if (!visible) s[nt][e] = -INFINITY;
+        }
+      }
     }
     float alpha[2], shift[2];
     SFTDP_UNROLL
@@ -242,10 +290,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     float rowsum[2] = {0.f, 0.f};
     SFTDP_UNROLL
-    for (int nt = 0; nt < 8; ++nt) SFTDP_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -shift[e / 2]));
-      rowsum[e / 2] += s[nt][e];
+    for (int nt = 0; nt < 8; ++nt) {
+      SFTDP_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -shift[e / 2]));
+        rowsum[e / 2] += s[nt][e];
+      }
     }
     SFTDP_UNROLL
     for (int i = 0; i < 2; ++i) l[i] = fmaf(l[i], alpha[i], quad_sum(rowsum[i]));
@@ -305,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     attention_tc_bwd_dkv_kernel(float* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* delta,
                                 const int32_t* seg, const int2* ranges, int T, int NH, int KVH, float scale,
                                 float scale_log2) {
-  constexpr int R = HS + 8, KS = HS / 16, NT = HS / 8;
+  constexpr int R = HS + 8, NT = HS / 8;
   SFTDP_DYNAMIC_SHARED(bf16, smem);
   bf16* sk = smem;                                                 // (kTile, R): this block's keys
   bf16* sv = sk + kTile * R;                                       // (kTile, R)
@@ -351,8 +401,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   float dk[NT][4], dv[NT][4];
   SFTDP_UNROLL
-  for (int nt = 0; nt < NT; ++nt) SFTDP_UNROLL
-  for (int e = 0; e < 4; ++e) dk[nt][e] = dv[nt][e] = 0.f;
+  for (int nt = 0; nt < NT; ++nt) {
+    SFTDP_UNROLL
+    for (int e = 0; e < 4; ++e) dk[nt][e] = dv[nt][e] = 0.f;
+  }
   int item = next_item(kt - 1);  // (h = kvh·G, qt = kt): the diagonal tile
   load_q(0, item);
   for (int stage = 0; item >= 0; stage ^= 1) {
@@ -373,31 +425,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool all_visible = q0 >= kb + 15 && q0 + kTile <= T && kb + 16 <= T && one_segment(ranges, tiles, b, qt, kt);
     for (int sub = 0; sub < 2; ++sub) {  // 32 queries at a time: 4 n-tiles of Sᵀ and dPᵀ
       float p[4][4], ds[4][4];
+      two_products_16x32<HS>(p, ds, sk, sv, warp * 16, Q, dO, sub * 32);  // Sᵀ, dPᵀ
       SFTDP_UNROLL
-      for (int nt = 0; nt < 4; ++nt) SFTDP_UNROLL
-      for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.f;
-      for (int ks = 0; ks < KS; ++ks) {  // (not unrolled: nothing here is indexed by ks)
-        uint32_t ka[4], va[4];
-        load_a<HS>(ka, sk, warp * 16, ks * 16);
-        load_a<HS>(va, sv, warp * 16, ks * 16);
+      for (int nt = 0; nt < 4; ++nt) {
         SFTDP_UNROLL
-        for (int np = 0; np < 2; ++np) {
-          uint32_t qb[4], ob[4];
-          load_b_rows<HS>(qb, Q, sub * 32 + np * 16, ks * 16);
-          load_b_rows<HS>(ob, dO, sub * 32 + np * 16, ks * 16);
-          tc::mma_bf16_16816(p[2 * np], ka, qb, p[2 * np]);  // Sᵀ
-          tc::mma_bf16_16816(p[2 * np + 1], ka, qb + 2, p[2 * np + 1]);
-          tc::mma_bf16_16816(ds[2 * np], va, ob, ds[2 * np]);  // dPᵀ
-          tc::mma_bf16_16816(ds[2 * np + 1], va, ob + 2, ds[2 * np + 1]);
+        for (int e = 0; e < 4; ++e) {
+          const int c = sub * 32 + nt * 8 + 2 * tq + (e & 1), q = q0 + c, j = e < 2 ? j0 : j1;
+          const bool visible = all_visible || (q < T && j <= q && j < T && (!seg_row || qseg[c] == (e < 2 ? sj0 : sj1)));
+          p[nt][e] = visible ? exp2f(fmaf(p[nt][e], scale_log2, -L[c])) : 0.f;
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - Dq[c]);
         }
-      }
-      SFTDP_UNROLL
-      for (int nt = 0; nt < 4; ++nt) SFTDP_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int c = sub * 32 + nt * 8 + 2 * tq + (e & 1), q = q0 + c, j = e < 2 ? j0 : j1;
-        const bool visible = all_visible || (q < T && j <= q && j < T && (!seg_row || qseg[c] == (e < 2 ? sj0 : sj1)));
-        p[nt][e] = visible ? exp2f(fmaf(p[nt][e], scale_log2, -L[c])) : 0.f;
-        ds[nt][e] = p[nt][e] * (ds[nt][e] - Dq[c]);
       }
       SFTDP_UNROLL
       for (int kk = 0; kk < 2; ++kk) {  // 16 queries per k-step
@@ -440,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     attention_tc_bwd_dq_kernel(float* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* delta,
                                const int32_t* seg, const int2* ranges, int T, int NH, int KVH, float scale,
                                float scale_log2) {
-  constexpr int R = HS + 8, KS = HS / 16, NT = HS / 8;
+  constexpr int R = HS + 8, NT = HS / 8;
   SFTDP_DYNAMIC_SHARED(bf16, smem);
   bf16* sq = smem;                                                 // (kTile, R)
   bf16* sdo = sq + kTile * R;                                      // (kTile, R)
@@ -458,16 +495,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_tile<HS>(sdo, dout + static_cast<size_t>(b) * T * OC + h * HS, OC, r0, T);
   tc::cp_async_commit();
   const auto load_kv = [&](int stage, int kt) {
-    load_tile<HS>(sk + stage * kTile * R, rows + (NH + kvh) * HS, QKV, kt * kTile, T);
-    load_tile<HS>(sv + stage * kTile * R, rows + (NH + KVH + kvh) * HS, QKV, kt * kTile, T);
-    if (seg_row) load_segments(sseg + stage * kTile, seg_row, kt * kTile, T);
-    tc::cp_async_commit();
+    load_kv_stage<HS>(sk, sv, sseg, stage, rows, seg_row, kt, T, NH, KVH, kvh);
   };
-  const auto next_tile = [&](int kt) {
-    for (++kt; kt <= qt; ++kt)
-      if (ranges_meet(ranges, tiles, b, qt, kt)) return kt;
-    return -1;
-  };
+  const auto next_tile = [&](int kt) { return next_key_tile(ranges, tiles, b, qt, kt); };
   const int t0 = r0 + warp * 16 + g, t1 = t0 + 8;
   const int32_t seg0 = seg_row && t0 < T ? seg_row[t0] : 0, seg1 = seg_row && t1 < T ? seg_row[t1] : 0;
   const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * T;
@@ -496,31 +526,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         k0 + kTile - 1 <= r0 + warp * 16 && k0 + kTile <= T && one_segment(ranges, tiles, b, qt, kt);
     for (int sub = 0; sub < 2; ++sub) {  // 32 keys at a time
       float p[4][4], ds[4][4];
+      two_products_16x32<HS>(p, ds, sq, sdo, warp * 16, K, V, sub * 32);  // S, dP
       SFTDP_UNROLL
-      for (int nt = 0; nt < 4; ++nt) SFTDP_UNROLL
-      for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.f;
-      for (int ks = 0; ks < KS; ++ks) {  // (not unrolled: nothing here is indexed by ks)
-        uint32_t qa[4], oa[4];
-        load_a<HS>(qa, sq, warp * 16, ks * 16);
-        load_a<HS>(oa, sdo, warp * 16, ks * 16);
+      for (int nt = 0; nt < 4; ++nt) {
         SFTDP_UNROLL
-        for (int np = 0; np < 2; ++np) {
-          uint32_t kb[4], vb[4];
-          load_b_rows<HS>(kb, K, sub * 32 + np * 16, ks * 16);
-          load_b_rows<HS>(vb, V, sub * 32 + np * 16, ks * 16);
-          tc::mma_bf16_16816(p[2 * np], qa, kb, p[2 * np]);  // S
-          tc::mma_bf16_16816(p[2 * np + 1], qa, kb + 2, p[2 * np + 1]);
-          tc::mma_bf16_16816(ds[2 * np], oa, vb, ds[2 * np]);  // dP
-          tc::mma_bf16_16816(ds[2 * np + 1], oa, vb + 2, ds[2 * np + 1]);
+        for (int e = 0; e < 4; ++e) {
+          const int c = sub * 32 + nt * 8 + 2 * tq + (e & 1), j = k0 + c, t = e < 2 ? t0 : t1;
+          const bool visible = all_visible || (j <= t && j < T && (!seg_row || kseg[c] == (e < 2 ? seg0 : seg1)));
+          p[nt][e] = visible ? exp2f(fmaf(p[nt][e], scale_log2, -L[e / 2])) : 0.f;
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - Dr[e / 2]);
         }
-      }
-      SFTDP_UNROLL
-      for (int nt = 0; nt < 4; ++nt) SFTDP_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int c = sub * 32 + nt * 8 + 2 * tq + (e & 1), j = k0 + c, t = e < 2 ? t0 : t1;
-        const bool visible = all_visible || (j <= t && j < T && (!seg_row || kseg[c] == (e < 2 ? seg0 : seg1)));
-        p[nt][e] = visible ? exp2f(fmaf(p[nt][e], scale_log2, -L[e / 2])) : 0.f;
-        ds[nt][e] = p[nt][e] * (ds[nt][e] - Dr[e / 2]);
       }
       SFTDP_UNROLL
       for (int kk = 0; kk < 2; ++kk) {  // dQ += bf16(dS) · K, 16 keys per k-step
