@@ -2,7 +2,7 @@
 # Installs what sft-dp needs from Debian's packages, only what is missing. Idempotent; run as root
 # (or with sudo available). Used by scripts/demo.sh, scripts/test.sh and .ci/run.
 set -euo pipefail
-PKGS=(cmake g++ make openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libopenblas-dev
+PKGS=(cmake g++ make openmpi-bin libopenmpi-dev libpmix-dev libhdf5-dev hdf5-tools libopenblas-dev
       libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
       python3 python3-numpy python3-h5py python3-yaml python3-torch python3-pytest
       python3-venv python3-pip python3-matplotlib

@@ -28,11 +28,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 (cd "$BUILD" && ctest --output-on-failure -j "${SFTDP_TEST_JOBS:-2}" "$@")
 if [ "${SFTDP_SANITIZERS:-1}" != 0 ]; then
   # Left out: the real-Slurm tests on CPU ranks, one node and two (2 min under ASan each; they run
-  # the same sft_train paths as the mpirun tests; the multi-node GPU one, test_slurm_multinode_cuda,
+  # the same sft_train paths as the mpirun tests; so do the start-up repeat, whose fence probe is
+  # preloaded into sft_train, the chaos soak, and the leak run, whose RSS ASan's allocator would set; the multi-node GPU one, test_slurm_multinode_cuda,
   # stays: only the simulator build has GPUs for it) and tests that run no sanitized code (gpu_check's dry run, the SPEC/doc check,
   # the Python-only tokenizer preparer, nvcc's kernel resource report).
   bash "$ROOT/scripts/test_sanitizers.sh" \
-    -E '^integration_test_(slurm|slurm_multinode|gpu_check_script|spec_docs|prepare_hf|kernel_resources)$' "$@"
+    -E '^integration_test_(slurm|slurm_multinode|startup_repeat|chaos_soak|no_leak|gpu_check_script|spec_docs|prepare_hf|kernel_resources)$' "$@"
 fi
 if [ "${SFTDP_FUZZ_SECONDS:-20}" != 0 ]; then
   # The fuzz targets are already built in the sanitized build (only they are, without the suite).

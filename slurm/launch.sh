@@ -58,6 +58,12 @@ sftdp_run() {
   err_offset="$(stat -c %s "$err_log" 2>/dev/null || echo 0)"
   trap 'sftdp_forward USR1' USR1
   trap 'sftdp_forward TERM' TERM
+  # Every PMIx fence of the step on Slurm's ring algorithm. By default mpi/pmix runs a fence that
+  # carries no data (Open MPI's barrier at the end of MPI_Init) on its tree, and on Slurm 22.05 that
+  # tree released ranks before every rank had entered it (51 of 60 two-node start-ups). A rank
+  # released early sends its first message to a rank still inside MPI_Init's modex fence, whose
+  # Open MPI has no receive handler yet: SIGSEGV at address 0 (about 1 start-up in 50; slurm/README.md).
+  export SLURM_PMIX_FENCE="${SLURM_PMIX_FENCE:-ring}"
   srun --mpi=pmix --kill-on-bad-exit=1 "$@" "$SFTDP_TRAIN" "$CONFIG" "${OVERRIDES[@]}" &
   SFTDP_SRUN_PID=$!
   while :; do  # a trapped signal interrupts wait; wait again until srun has really ended

@@ -2,6 +2,9 @@
 #include "train/placement.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
 #include <sstream>
 
 #include "comm/rank_list.h"
@@ -54,6 +57,15 @@ std::string describe_placement(const std::vector<RankPlace>& ranks) {
   return out;
 }
 
+std::string pmix_fence_warning(const char* slurm_step_id, const char* pmix_rank, const char* pmix_fence, int hosts) {
+  if (!slurm_step_id || !pmix_rank || hosts < 2) return "";  // not srun --mpi=pmix, or one host
+  if (pmix_fence && !std::strcmp(pmix_fence, "ring")) return "";
+  return std::string("SLURM_PMIX_FENCE is ") + (pmix_fence ? std::string("'") + pmix_fence + "'" : "unset") +
+         ": Slurm's mpi/pmix may run the end-of-MPI_Init barrier on its tree fence, which released ranks "
+         "early on Slurm 22.05 and crashed about 1 multi-node start-up in 50 (SIGSEGV in MPI_Init); export "
+         "SLURM_PMIX_FENCE=ring before srun, as slurm/launch.sh does (or PMIxCollFence=ring in mpi.conf)";
+}
+
 void log_placement(const comm::MpiSession& mpi, const std::string& device) {
   const std::string mine = mpi.host() + "\n" + std::to_string(mpi.local_rank()) + "\n" + device;
   const auto all = comm::allgather_strings(mine, "the placement exchange");
@@ -70,6 +82,13 @@ void log_placement(const comm::MpiSession& mpi, const std::string& device) {
     ranks.push_back(std::move(p));
   }
   log::info("placement: %s", describe_placement(ranks).c_str());
+  std::set<std::string> hosts;
+  for (const auto& p : ranks) hosts.insert(p.host);
+  // Ranks that mpirun started (inside an allocation too) have ORTE's PMIx server, not Slurm's.
+  const char* step = std::getenv("OMPI_MCA_orte_hnp_uri") ? nullptr : std::getenv("SLURM_STEP_ID");
+  const std::string warning = pmix_fence_warning(step, std::getenv("PMIX_RANK"),
+                                                 std::getenv("SLURM_PMIX_FENCE"), static_cast<int>(hosts.size()));
+  if (!warning.empty() && mpi.rank() == 0) log::warn("%s", warning.c_str());
 }
 
 }  // namespace sftdp::train

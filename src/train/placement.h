@@ -21,6 +21,13 @@ struct RankPlace {
 // listed per rank in rank order, "cpu" once where every rank of the host is on the CPU.
 std::string describe_placement(const std::vector<RankPlace>& ranks);
 
+// The warning rank 0 logs when srun launched the ranks with mpi/pmix on more than one host and the
+// step's PMIx fences may run on Slurm's tree (SLURM_PMIX_FENCE unset or not "ring"): on Slurm 22.05
+// that tree released ranks from Open MPI's end-of-MPI_Init barrier early, and a rank then crashed in
+// MPI_Init (slurm/README.md, "Start-up"). "" when there is nothing to say. Arguments: the values of
+// SLURM_STEP_ID, PMIX_RANK and SLURM_PMIX_FENCE (nullptr where unset), and the number of hosts.
+std::string pmix_fence_warning(const char* slurm_step_id, const char* pmix_rank, const char* pmix_fence, int hosts);
+
 // Gathers every rank's place (this rank's: mpi.host(), mpi.local_rank(), device) and logs the line.
 void log_placement(const comm::MpiSession& mpi, const std::string& device);
 

@@ -55,5 +55,18 @@ TEST(Placement, LocalRanksOutOfOrderAreListedAsTheyAre) {
             "2 ranks on 1 host; a: ranks 0-1, local ranks 1,0, cpu");
 }
 
+// srun --mpi=pmix over several hosts with the step's fences possibly on Slurm's tree: warned, naming
+// the variable and what to set; nothing where the fences run on the ring, on one host, or without srun.
+TEST(Placement, PmixTreeFenceOnSeveralHostsIsWarned) {
+  const std::string unset = train::pmix_fence_warning("0", "2", nullptr, 2);
+  EXPECT_NE(unset.find("SLURM_PMIX_FENCE is unset"), std::string::npos) << unset;
+  EXPECT_NE(unset.find("export SLURM_PMIX_FENCE=ring"), std::string::npos) << unset;
+  EXPECT_NE(train::pmix_fence_warning("0", "0", "tree", 3).find("SLURM_PMIX_FENCE is 'tree'"), std::string::npos);
+  EXPECT_EQ(train::pmix_fence_warning("0", "0", "ring", 2), "");
+  EXPECT_EQ(train::pmix_fence_warning("0", "0", nullptr, 1), "");   // one host: no inter-node fence
+  EXPECT_EQ(train::pmix_fence_warning(nullptr, "0", nullptr, 2), "");  // mpirun: ORTE's own PMIx server
+  EXPECT_EQ(train::pmix_fence_warning("0", nullptr, nullptr, 2), "");  // srun without --mpi=pmix
+}
+
 }  // namespace
 }  // namespace sftdp
