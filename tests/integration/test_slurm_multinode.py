@@ -139,6 +139,8 @@ def test_two_nodes_equal_one_host(env, note):
     want = ("placement: 4 ranks on 2 hosts; node1: ranks 0-1, local ranks 0-1, cpu; "
             "node2: ranks 2-3, local ranks 0-1, cpu")
     assert want in log, f"the placement line\n{log[:2000]}"
+    # slurm/launch.sh puts the step's PMIx fences on Slurm's ring (test_startup_repeat.py: why).
+    assert "warning: SLURM_PMIX_FENCE" not in log, log[:2000]
     assert "on node[1-2]" in log, "the job header names both nodes"
 
 
