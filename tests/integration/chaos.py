@@ -158,22 +158,22 @@ class Soak:
     def stop_rank(self, job):
         return self.kill_rank(job, signal.SIGSTOP)
 
-    def kill_node(self, job):
+    def node_fault(self, job, fault, *recover):
+        """fault (kill | cut) on a random node; when the job has ended, recover (heal, revive) it
+        and resubmit."""
         node = self.rng.choice(["node1", "node2"])
-        self.cluster.fault("kill", node)
+        self.cluster.fault(fault, node)
         self.wait_ended(job)
         self.cancel_if_pending(job)
-        self.cluster.fault("revive", node)
+        for step in recover:
+            self.cluster.fault(step, node)
         return self.submit(), node
 
+    def kill_node(self, job):
+        return self.node_fault(job, "kill", "revive")
+
     def cut_link(self, job):
-        node = self.rng.choice(["node1", "node2"])
-        self.cluster.fault("cut", node)
-        self.wait_ended(job)
-        self.cancel_if_pending(job)
-        self.cluster.fault("heal", node)
-        self.cluster.fault("revive", node)  # its slurmd still waits on the old step: a reboot
-        return self.submit(), node
+        return self.node_fault(job, "cut", "heal", "revive")  # revive: its slurmd still waits on the old step
 
     def usr1(self, job):
         restarts = int(self.cluster.job(job).get("Restarts", "0"))
