@@ -26,6 +26,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import h5py
@@ -136,10 +137,12 @@ class Soak:
                 with open(fields["StdOut"], errors="replace") as f:
                     f.seek(offset)
                     log = f.read()
-                tail = log.rsplit("resuming from", 1)
-                if len(tail) == 2:
-                    m = re.match(r" \S*step_(\d+)\.h5", tail[1])
-                    if m and re.search(rf"step {int(m[1]) + 1}/", tail[1]):
+                # "resuming from DIR/step_S.h5 (step S, ..." (a refused newer checkpoint adds a warning
+                # that also says "resuming from the older ..."; the first line is the one that counts).
+                found = list(re.finditer(r"resuming from \S*step_(\d+)\.h5 \(step", log))
+                if found:
+                    m = found[-1]
+                    if re.search(rf"step {int(m[1]) + 1}/", log[m.end():]):
                         return int(m[1]), time.monotonic() - t_fault
             if fields.get("JobState") in ("FAILED", "CANCELLED", "COMPLETED", "NODE_FAIL", "TIMEOUT"):
                 raise AssertionError(f"job {job} {fields.get('JobState')} before resuming\n{job_log(fields)[-3000:]}")
@@ -183,20 +186,33 @@ class Soak:
         return job, "batch shell"
 
     def full_disk(self, job):
-        st = os.statvfs(self.out)
+        """Other jobs fill the file system: kept full (less than half a checkpoint free, room for
+        metrics lines) until the run ends. Topped up, not filled once: a checkpoint that was being
+        written when the disk filled still completes, its rotation frees the oldest one, and a disk
+        filled once would have room for every later checkpoint again."""
         ckpt = max(os.path.getsize(p) for p in glob.glob(f"{self.run_dir}/checkpoints/step_*.h5"))
         filler = os.path.join(self.out, "filler")
-        keep = ckpt // 2  # room for metrics lines, not for a checkpoint
-        with open(filler, "wb") as f:
-            f.truncate(0)
-            chunk = b"\0" * (1 << 20)
-            left = st.f_bavail * st.f_frsize - keep
-            while left > 0:
-                n = min(left, len(chunk))
-                f.write(chunk[:n])
-                left -= n
-            f.flush()
-            os.fsync(f.fileno())
+        keep = ckpt // 2
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        chunk = b"\0" * (1 << 20)
+        deadline, next_check = time.monotonic() + 180, 0.0
+        try:
+            while time.monotonic() < deadline:
+                st = os.statvfs(self.out)
+                free = st.f_bavail * st.f_frsize
+                if free > keep:
+                    try:
+                        os.write(fd, chunk[:min(free - keep, len(chunk))])
+                    except OSError:  # the run's own writes took the rest
+                        pass
+                    continue
+                if time.monotonic() >= next_check:
+                    if self.state(job) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+                        break
+                    next_check = time.monotonic() + 0.2
+                time.sleep(0.002)
+        finally:
+            os.close(fd)
         self.wait_ended(job, timeout=180)
         fields = self.cluster.job(job)
         os.remove(filler)
@@ -368,6 +384,8 @@ def soak(seed, faults, keep=False, log=print):
             f"{[os.path.basename(c) for c in corrupt]}")
     finally:
         cluster.stop()
+        if keep or problems or sys.exc_info()[0] is not None:  # the tmpfs goes; keep a copy of the run
+            shutil.copytree(fs, os.path.join(d, "run"), symlinks=True, dirs_exist_ok=True)
         unmount(fs)
         if not keep and not problems:
             remove_tree(d)
@@ -376,14 +394,13 @@ def soak(seed, faults, keep=False, log=print):
 
 def main():
     import argparse
-    import sys
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--faults", type=int, default=30)
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--records", help="write the fault records (JSON) here")
     a = ap.parse_args()
-    records, problems, seconds, d = soak(a.seed, a.faults, a.keep)
+    records, problems, seconds, d = soak(a.seed, a.faults, a.keep, log=lambda line: print(line, flush=True))
     print(summary_table(records))
     print(f"seed {a.seed}: {len(records)} faults survived in {seconds:.0f} s; lost: "
           + ("nothing" if not problems else "; ".join(problems)))
