@@ -48,6 +48,11 @@ void save_params(const std::string& path, const model::ParamLayout& layout,
 std::optional<std::string> newest(const std::string& dir);
 // Deletes all but the newest `keep` checkpoints (keep <= 0: keep all).
 void prune(const std::string& dir, int64_t keep);
+// At the start of a run, before it writes (rank 0; one job writes a run's checkpoints at a time):
+// deletes the temporary files (.step_<S>.h5.tmp.<pid>) of checkpoint writes that never finished,
+// a writer killed mid-write (SIGKILL, a node lost) leaving one behind; each removal is logged.
+// Returns how many were removed. A missing directory holds none; a failed listing or delete warns.
+int remove_unfinished_writes(const std::string& dir);
 
 // Resume: loads (as load()) the newest checkpoint of dir that load() accepts and returns its path;
 // nothing when dir holds no checkpoint. Each newer one that load() refuses (truncated, damaged,

@@ -1,7 +1,8 @@
 // src/checkpoint/checkpoint_dir.cpp — newest(), prune() and load_newest(): the checkpoints of a
 // directory are exactly the regular files named step_<S>.h5 with S a plain decimal (no sign, no
 // leading zeros), ordered by S as a number. Temporary files (.step_<S>.h5.tmp.<pid>), refused ones
-// (step_<S>.h5.corrupt[.<k>]) and anything else are never returned and never deleted.
+// (step_<S>.h5.corrupt[.<k>]) and anything else are never returned; prune() deletes none of them, and
+// remove_unfinished_writes() only the temporary files, at the start of a run.
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -62,6 +63,17 @@ Listing list_checkpoints(const std::string& dir) {
   return out;
 }
 
+// ".step_<S>.h5.tmp.<pid>" (what AtomicH5Writer names its file before the rename), S and pid decimal.
+bool is_unfinished_write(const std::string& name) {
+  static constexpr std::string_view kTmp = ".h5.tmp.";
+  if (!name.starts_with(".")) return false;
+  const size_t at = name.rfind(kTmp);
+  if (at == std::string::npos) return false;
+  const std::string pid = name.substr(at + kTmp.size());
+  const bool digits = !pid.empty() && std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return digits && step_of(name.substr(1, at + 3 - 1)).has_value();
+}
+
 // Where a refused checkpoint goes: a name no listing matches that replaces no existing file.
 std::string aside_name(const std::string& path) {
   std::string target = path + ".corrupt";
@@ -99,6 +111,33 @@ void prune(const std::string& dir, int64_t keep) {
     if (!fs::remove(path, ec) && ec)
       log::warn("%s: cannot delete old checkpoint: %s", path.c_str(), ec.message().c_str());
   }
+}
+
+int remove_unfinished_writes(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return 0;
+  std::vector<fs::path> found;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (is_unfinished_write(it->path().filename().string()) && it->is_regular_file(type_ec))
+      found.push_back(it->path());
+  }
+  if (ec) log::warn("%s: cannot list unfinished checkpoint writes: %s", dir.c_str(), ec.message().c_str());
+  int removed = 0;
+  for (const fs::path& path : found) {
+    std::error_code size_ec, rm_ec;
+    const auto bytes = fs::file_size(path, size_ec);
+    if (!fs::remove(path, rm_ec) || rm_ec) {
+      log::warn("%s: cannot delete an unfinished checkpoint write: %s", path.c_str(),
+                (rm_ec ? rm_ec.message() : std::string("already gone")).c_str());
+      continue;
+    }
+    ++removed;
+    log::info("removed %s (%llu bytes): a checkpoint write that never finished (its writer was killed)",
+              path.c_str(), static_cast<unsigned long long>(size_ec ? 0 : bytes));
+  }
+  return removed;
 }
 
 std::optional<std::string> load_newest(const std::string& dir, const model::ParamLayout& layout,

@@ -98,6 +98,8 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
     } else {
       model::init_params(params, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
     }
+    // Only once the run has what it starts from (a refused start touches nothing), before it writes.
+    checkpoint::remove_unfinished_writes(paths.checkpoint_dir);
   });
   const size_t n = model.trainable_layout().total;
   broadcast_floats(comm, params, n);

@@ -1,6 +1,8 @@
 // tests/checkpoint/test_checkpoint_files.cpp — checkpoint files on disk: saves are atomic (no
 // temporary left, nothing else touched, a failed write leaves nothing), newest() orders steps as
-// numbers and skips stray temporary files, prune() keeps exactly the newest N.
+// numbers and skips stray temporary files, prune() keeps exactly the newest N, and a new run removes
+// the temporary files of writes that never finished.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -118,6 +120,28 @@ TEST_F(CheckpointFilesTest, PruneWithNonPositiveKeepOrFewFilesDeletesNothing) {
   prune(dir.path(), 10);
   EXPECT_EQ(test::list_files(dir.path()).size(), 3u);
   prune(dir / "does_not_exist", 1);  // nothing to do, no error
+}
+
+TEST_F(CheckpointFilesTest, UnfinishedWritesAreRemovedAndNothingElse) {
+  // A writer killed mid-save (SIGKILL, its node lost) leaves its temporary file behind; the next
+  // run removes exactly those files: not the checkpoints, refused ones or anything else.
+  const std::string three = save_step(3);
+  for (const char* name : {".step_7.h5.tmp.12345", ".step_10.h5.tmp.1"})
+    test::write_file(dir / name, "half a file");
+  const std::vector<std::string> kept = {".step_7.h5.tmp.x", ".step_07.h5.tmp.5", "step_8.h5.tmp.3",
+                                         ".step_9.h5.tmp.", ".notes.h5.tmp.4", "step_4.h5.corrupt", "notes.txt"};
+  for (const std::string& name : kept) test::write_file(dir / name, "not ours to delete");
+  test::run_command("mkdir " + (dir / ".step_11.h5.tmp.2"));  // a directory is not a write
+  EXPECT_EQ(remove_unfinished_writes(dir.path()), 2);
+  std::vector<std::string> want = {three};  // list_files: regular files only
+  for (const std::string& name : kept) want.push_back(dir / name);
+  std::vector<std::string> got = test::list_files(dir.path());
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(remove_unfinished_writes(dir.path()), 0);
+  EXPECT_TRUE(test::file_exists(dir / ".step_11.h5.tmp.2"));
+  EXPECT_EQ(remove_unfinished_writes(dir / "does_not_exist"), 0);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@ no temporary file is left, metrics.jsonl stays valid, and a later run resumes fr
 A damaged newest checkpoint: the run warns naming both files and why, moves the damaged one aside
 (step_<S>.h5.corrupt) and trains on from the previous one to the same final state as an
 uninterrupted run; when no checkpoint loads, one `error:` line naming them, exit 2, nothing touched.
+A checkpoint write killed midway (.step_<S>.h5.tmp.<pid> left behind) is removed by the next run.
 The full disk is a small tmpfs (mounting needs root; the test skips where mounting is refused)."""
 import hashlib
 import json
@@ -156,12 +157,28 @@ def test_fallback_trains_to_the_straight_result(fallback, straight):
     assert metric_steps(run) == list(range(1, STEPS + 1)), "metrics: steps 3..6 redone once each"
 
 
+def test_a_write_killed_midway_is_removed_by_the_next_run(workdir, cfg, straight):
+    # rank 0 SIGKILLed while writing step 6 leaves .step_6.h5.tmp.<pid>; the resumed run removes it
+    # (saying so), resumes from step 4 and ends as the straight run.
+    crashed_copy(straight, f"{workdir}/killed/r")
+    ck = f"{workdir}/killed/r/checkpoints"
+    with open(f"{straight}/checkpoints/step_6.h5", "rb") as src, open(f"{ck}/.step_6.h5.tmp.4242", "wb") as dst:
+        dst.write(src.read()[:1000])
+    p = run_train(cfg, {"base_output_directory": f"{workdir}/killed"})
+    assert f"removed {ck}/.step_6.h5.tmp.4242 (1000 bytes): a checkpoint write that never finished" in p.stdout, p.stdout
+    assert f"resuming from {ck}/step_4.h5" in p.stdout, p.stdout
+    assert sorted(os.listdir(ck)) == ["step_2.h5", "step_4.h5", "step_6.h5"], os.listdir(ck)
+    assert_params_equal(f"{ck}/step_{STEPS}.h5", f"{straight}/checkpoints/step_{STEPS}.h5")
+
+
 def test_no_loadable_checkpoint_is_exit_2_naming_them(workdir, cfg, straight):
     crashed_copy(straight, f"{workdir}/none/r")
     ck = f"{workdir}/none/r/checkpoints"
     truncate(f"{ck}/step_4.h5")
     with open(f"{ck}/step_2.h5", "r+b") as f:
         f.write(b"garbage!")
+    with open(f"{ck}/.step_6.h5.tmp.4242", "wb") as f:  # a refused start removes no unfinished write either
+        f.write(b"half")
     before = {n: sha256(f"{ck}/{n}") for n in os.listdir(ck)}
     p = run_train(cfg, {"base_output_directory": f"{workdir}/none"}, check=False)
     errors = [l for l in p.stderr.splitlines() if l.startswith("error:")]
