@@ -323,10 +323,20 @@ def tensorboard_problems(run_dir, ref_dir):
     return problems
 
 
-def leftover_processes(cluster):
-    """sft_train processes anywhere, and this cluster's job processes."""
-    left = [int(p) for p in os.listdir("/proc") if p.isdigit() and _comm(p) == "sft_train"]
+def leftover_processes(cluster, jobs):
+    """sft_train processes of this soak's jobs (their environment names the job: other tests on the
+    machine run sft_train too), and this cluster's job processes."""
+    ids = {f"SLURM_JOB_ID={j}".encode() for j in jobs}
+    left = [int(p) for p in os.listdir("/proc") if p.isdigit() and _comm(p) == "sft_train" and ids & _environ(p)]
     return left + cluster.job_processes()
+
+
+def _environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return set(f.read().split(b"\0"))
+    except OSError:
+        return set()
 
 
 def _comm(pid):
@@ -376,7 +386,7 @@ def soak(seed, faults, keep=False, log=print):
         records = s.run()
         problems = compare(s.run_dir, ref, s.steps)
         time.sleep(1)  # the last job's steps are gone once it is COMPLETED; give stragglers a second
-        left = leftover_processes(cluster)
+        left = leftover_processes(cluster, s.jobs)
         if left:
             problems.append(f"processes left: {left}")
         corrupt = glob.glob(f"{s.run_dir}/checkpoints/*.corrupt*")
