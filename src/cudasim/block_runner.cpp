@@ -60,14 +60,33 @@ struct SimThread {
   int arg = 0, width = kWarp;
   uint64_t result = 0;
   void* fake_stack = nullptr;  // ASan's, while switched away
-  // cp.async (tensor_core.h): copies issued since the last commit, and the committed groups not yet
-  // waited for, oldest first. A copy's 16 bytes were read at issue; they land at its group's wait.
+  // cp.async (tensor_core.h): the copies not yet landed, in issue order; the committed groups are a
+  // prefix of them, group g ending at group_ends[g] (oldest first), the rest is the open group. A
+  // copy's 16 bytes were read at issue; they land at its group's wait. Both keep their capacity from
+  // block to block: the simulator allocates nothing per copy.
   struct PendingCopy {
     void* dst;
     unsigned char bytes[16];
   };
-  std::vector<PendingCopy> open_copies;
-  std::vector<std::vector<PendingCopy>> copy_groups;
+  std::vector<PendingCopy> copies;
+  std::vector<size_t> group_ends;
+
+  // A fresh thread at idx, keeping the buffers' capacity.
+  void reset(uint3 at) {
+    fiber = nullptr;
+    state = State::kRunnable;
+    idx = at;
+    file = nullptr;
+    line = 0;
+    op = WarpOp::kSyncWarp;
+    mask = 0;
+    value = result = 0;
+    arg = 0;
+    width = kWarp;
+    fake_stack = nullptr;
+    copies.clear();
+    group_ends.clear();
+  }
 };
 
 // Fiber stacks, each with a PROT_NONE page below it (an overflow faults), kept for the process.
@@ -110,6 +129,7 @@ struct BlockRun {
   const void* scheduler_stack = nullptr;
   size_t scheduler_stack_size = 0;
   void* scheduler_fake_stack = nullptr;
+  std::vector<size_t> warp_order, lane_order;  // run_block's, kept from block to block
   std::string error;     // the first failed check of the block
   uint64_t resumes = 0;  // fiber switches into simulated threads (SFTDP_SIM_PROFILE)
   unsigned char* dynamic_shared = nullptr;  // the launch's dynamic_smem bytes, refilled per block
@@ -176,13 +196,9 @@ void thread_main(fc::transfer_t from) {
   asan::finish_switch(nullptr, &run->scheduler_stack, &run->scheduler_stack_size);
   run->launch->thread_body();
   const SimThread& self = *run->current;
-  if (!self.open_copies.empty() || !self.copy_groups.empty()) {
-    size_t pending = self.open_copies.size();
-    for (const auto& g : self.copy_groups) pending += g.size();
-    if (run->error.empty())
-      run->error = "thread " + xyz(self.idx) + " exited with " + std::to_string(pending) +
-                   " cp.async copies never waited for (no cp.async.wait_group/wait_all completed them)";
-  }
+  if (!self.copies.empty() && run->error.empty())
+    run->error = "thread " + xyz(self.idx) + " exited with " + std::to_string(self.copies.size()) +
+                 " cp.async copies never waited for (no cp.async.wait_group/wait_all completed them)";
   run->current->state = State::kExited;
   switch_to_scheduler(run, /*exiting=*/true);  // never returns
 }
@@ -219,15 +235,15 @@ std::string sync_point(const SimThread& th) {
 // the instruction runs on their operands (each lane's `value` points at them) and releases them.
 bool resolve_matrix_op(BlockRun& run, size_t w, const SimThread& first) {
   const size_t base = w * kWarp, lanes = std::min<size_t>(kWarp, run.threads.size() - base);
-  const std::string what = sync_point(first);
+  const auto what = [&first] { return sync_point(first); };  // built only for an error: no allocation per op
   if (first.mask != 0xffffffffu || lanes != kWarp) {
-    run.error = what + ": a warp-collective matrix instruction needs all 32 lanes of a full warp (mask 0xffffffff)";
+    run.error = what() + ": a warp-collective matrix instruction needs all 32 lanes of a full warp (mask 0xffffffff)";
     return false;
   }
   for (size_t l = 0; l < lanes; ++l) {
     const SimThread& th = run.threads[base + l];
     if (th.state == State::kExited) {
-      run.error = what + ": lane " + std::to_string(l) + " (thread " + xyz(th.idx) +
+      run.error = what() + ": lane " + std::to_string(l) + " (thread " + xyz(th.idx) +
                   ") has exited: every lane of the warp must execute it";
       return false;
     }
@@ -242,7 +258,7 @@ bool resolve_matrix_op(BlockRun& run, size_t w, const SimThread& first) {
     for (size_t l = 0; l < kWarp; ++l) ops[l] = reinterpret_cast<const LdmatrixLane*>(run.threads[base + l].value);
     const std::string error = ldmatrix_warp(first.arg & 0xff, (first.arg >> 8) != 0, ops, in_shared_memory);
     if (!error.empty()) {
-      run.error = what + ": " + error;
+      run.error = what() + ": " + error;
       return false;
     }
   }
@@ -395,8 +411,11 @@ std::string deadlock(const BlockRun& run) {
 bool run_block(BlockRun& run, Schedule schedule, std::mt19937_64& rng) {
   const dim3 d = run.block_dim;
   const size_t n = static_cast<size_t>(d.x) * d.y * d.z, warps = (n + kWarp - 1) / kWarp;
-  run.threads.assign(n, SimThread{});
-  std::vector<size_t> warp_order(warps), lane_order(kWarp);
+  run.threads.resize(n);  // kept from block to block, with the threads' buffers
+  std::vector<size_t>& warp_order = run.warp_order;
+  std::vector<size_t>& lane_order = run.lane_order;
+  warp_order.resize(warps);
+  lane_order.resize(kWarp);
   std::iota(warp_order.begin(), warp_order.end(), size_t{0});
   std::iota(lane_order.begin(), lane_order.end(), size_t{0});
   if (schedule == Schedule::kReverse) {
@@ -405,8 +424,8 @@ bool run_block(BlockRun& run, Schedule schedule, std::mt19937_64& rng) {
   }
   for (size_t i = 0; i < n; ++i) {
     SimThread& th = run.threads[i];
-    th.idx = uint3{static_cast<unsigned>(i % d.x), static_cast<unsigned>(i / d.x % d.y),
-                   static_cast<unsigned>(i / (static_cast<size_t>(d.x) * d.y))};
+    th.reset(uint3{static_cast<unsigned>(i % d.x), static_cast<unsigned>(i / d.x % d.y),
+                   static_cast<unsigned>(i / (static_cast<size_t>(d.x) * d.y))});
     th.fiber = fc::make_fcontext(stacks().top(i), kStackBytes, thread_main);
   }
   for (;;) {
@@ -613,15 +632,15 @@ void cp_async(void* dst, const void* src, int src_bytes, const char* file, int l
     return fail("the destination is not 16 aligned bytes of shared memory");
   if (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % 16 != 0)
     return fail("the source is not 16-byte aligned");
-  SimThread::PendingCopy copy{dst, {}};
+  SimThread::PendingCopy& copy = self->copies.emplace_back();
+  copy.dst = dst;
+  std::memset(copy.bytes, 0, sizeof copy.bytes);                                     // src-size < 16: zero-filled
   if (src_bytes > 0) std::memcpy(copy.bytes, src, static_cast<size_t>(src_bytes));  // a bad src faults here
-  self->open_copies.push_back(copy);
 }
 
 void cp_async_commit() {
   SimThread* self = calling_thread("cp.async.commit_group");
-  self->copy_groups.push_back(std::move(self->open_copies));  // an empty group is a group too
-  self->open_copies.clear();
+  self->group_ends.push_back(self->copies.size());  // an empty group is a group too
 }
 
 void cp_async_wait(int n, const char* /*file*/, int /*line*/) {
@@ -630,10 +649,14 @@ void cp_async_wait(int n, const char* /*file*/, int /*line*/) {
     cp_async_commit();
     n = 0;
   }
-  while (self->copy_groups.size() > static_cast<size_t>(n)) {
-    for (const SimThread::PendingCopy& c : self->copy_groups.front()) std::memcpy(c.dst, c.bytes, 16);
-    self->copy_groups.erase(self->copy_groups.begin());
-  }
+  const size_t groups = self->group_ends.size();
+  if (groups <= static_cast<size_t>(n)) return;
+  const size_t landing = groups - static_cast<size_t>(n);  // the oldest groups, complete now
+  const size_t copies = self->group_ends[landing - 1];
+  for (size_t i = 0; i < copies; ++i) std::memcpy(self->copies[i].dst, self->copies[i].bytes, 16);
+  self->copies.erase(self->copies.begin(), self->copies.begin() + static_cast<std::ptrdiff_t>(copies));
+  self->group_ends.erase(self->group_ends.begin(), self->group_ends.begin() + static_cast<std::ptrdiff_t>(landing));
+  for (size_t& end : self->group_ends) end -= copies;
 }
 
 void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, int device) {
@@ -683,8 +706,8 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
     for (size_t i = 0; i < regions.size(); ++i) {
       const unsigned char* now = bytes_of(regions[i]);
       const Bytes& ref = first[i];
+      if (ref.empty() || std::memcmp(ref.data(), now, ref.size()) == 0) continue;  // the common case, fast
       const auto diff = std::mismatch(ref.begin(), ref.end(), now);
-      if (diff.first == ref.end()) continue;
       const size_t at = static_cast<size_t>(diff.first - ref.begin());
       fault(device, cudaErrorLaunchFailure, "racecheck",
             describe_launch(l) + ": the result depends on the thread schedule (a missing __syncthreads, a " +
