@@ -120,13 +120,17 @@ LLAMA32_TEMPLATE = (
 CHATML_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 _SMOLLM2 = Preset(49152, "<|im_start|>", "<|im_end|>", "<|im_end|>", CHATML_TOKENS,
                   SMOLLM2_TEMPLATE, "SmolLM2-Instruct")
+_QWEN3 = Preset(151936, None, "<|im_end|>", "<|endoftext|>", CHATML_TOKENS + ("<think>", "</think>"),
+                QWEN3_TEMPLATE, "Qwen3")
 PRESETS = {
     "smollm2-135m": _SMOLLM2,
     "smollm2-360m": _SMOLLM2,
     "qwen2.5-0.5b": Preset(151936, None, "<|im_end|>", "<|endoftext|>", CHATML_TOKENS,
                            QWEN25_TEMPLATE, "Qwen2.5-Instruct"),
-    "qwen3-0.6b": Preset(151936, None, "<|im_end|>", "<|endoftext|>",
-                         CHATML_TOKENS + ("<think>", "</think>"), QWEN3_TEMPLATE, "Qwen3"),
+    "qwen3-0.6b": _QWEN3,
+    "qwen3-1.7b": _QWEN3,  # the Qwen3 dense models share one tokenizer and chat template
+    "qwen3-4b": _QWEN3,
+    "qwen3-8b": _QWEN3,
     "llama-3.2-1b": Preset(128256, "<|begin_of_text|>", "<|eot_id|>", None,
                            ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                             "<|end_header_id|>", "<|eot_id|>"), LLAMA32_TEMPLATE,

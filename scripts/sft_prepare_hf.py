@@ -36,7 +36,7 @@ usage: sft_prepare_hf.py --tokenizer TOK --input X.jsonl --output Y.h5 --max-len
   --overflow truncate they are cut to their first T+1 tokens
   --pack              several examples per row (/segment_ids, /positions)
   --preset NAME       a model preset: smollm2-135m, smollm2-360m, qwen2.5-0.5b, qwen3-0.6b,
-                      llama-3.2-1b. The tokenizer must have the model's special tokens (chat
+                      qwen3-1.7b, qwen3-4b, qwen3-8b, llama-3.2-1b. The tokenizer must have the model's special tokens (chat
                       markers, bos/eos/pad) as single ids and at most its vocab_size tokens; the
                       model's chat template is used when the tokenizer has none (its own wins), and
                       its bos/eos/pad fill the roles the tokenizer leaves unnamed.

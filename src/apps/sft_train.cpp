@@ -1,22 +1,80 @@
-// sft_train CONFIG.yml [key=value ...] — train (SPEC §2). Exit 0 success, 2 bad usage/config/
-// data (one `error:` line), 1 anything else. Launch plainly, with mpirun -np N, or srun.
+// sft_train CONFIG.yml [key=value ...] — train (SPEC §2); sft_train --plan ... — the memory plan
+// (train/plan.h). Exit 0 success, 2 bad usage/config/data (one `error:` line), 1 anything else.
+// Launch plainly, with mpirun -np N, or srun.
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "sftdp/check.h"
 #include "sftdp/comm.h"
 #include "sftdp/config.h"
 #include "sftdp/train.h"
+#include "train/plan.h"
 #include "train/stop_signal.h"
 
 static void usage(FILE* f) {
   std::fprintf(f,
                "usage: sft_train CONFIG.yml [key=value ...]\n"
-               "  Fine-tunes a GPT-2-family model data-parallel over MPI ranks.\n"
+               "       sft_train --plan [--ranks N] [--ranks-per-node N] [--memory-gib X] CONFIG.yml [key=value ...]\n"
+               "  Fine-tunes a GPT-2- or Llama-family model data-parallel over MPI ranks.\n"
                "  Later key=value pairs override the file (e.g. steps=100 learning_rate=1e-4).\n"
                "  Launch as: sft_train ..., mpirun -np N sft_train ..., or srun sft_train ...\n"
-               "  Keys: see configs/reference.yml. Exit: 0 ok, 2 bad input, 1 other failure.\n");
+               "  --plan: print what each rank of the run would hold and whether it fits, for N ranks\n"
+               "  (default 1), N per node (default all), X GiB per GPU or, for CPU ranks, per node\n"
+               "  (default: this machine's); allocates nothing, needs neither MPI nor the hardware.\n"
+               "  Keys: see configs/reference.yml. Exit: 0 ok (--plan: fits), 2 bad input (--plan: does\n"
+               "  not fit), 1 other failure.\n");
+}
+
+// A whole number >= minimum, or a positive number, for a --plan flag; else one error line.
+static long plan_int(const char* flag, const char* text, long minimum) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = text ? std::strtol(text, &end, 10) : 0;
+  if (!text || !*text || *end || errno || v < minimum || v > 1 << 30)
+    throw sftdp::UserError(std::string(flag) + ": expected a whole number >= " + std::to_string(minimum) + ", got '" +
+                           (text ? text : "") + "'");
+  return v;
+}
+static double plan_gib(const char* flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = text ? std::strtod(text, &end) : 0;
+  if (!text || !*text || *end || errno || !(v > 0) || v > 1e9)
+    throw sftdp::UserError(std::string(flag) + ": expected a number of GiB > 0, got '" + (text ? text : "") + "'");
+  return v;
+}
+
+// sft_train --plan ...: no MPI, no device, nothing allocated or written (train/plan.h).
+static int plan_main(int argc, char** argv) {
+  try {
+    sftdp::train::PlanTarget target;
+    int i = 2;
+    for (; i < argc && std::strncmp(argv[i], "--", 2) == 0; ++i) {
+      const char* flag = argv[i];
+      const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
+      if (!std::strcmp(flag, "--ranks")) target.ranks = static_cast<int>(plan_int(flag, value, 1));
+      else if (!std::strcmp(flag, "--ranks-per-node")) target.ranks_per_node = static_cast<int>(plan_int(flag, value, 1));
+      else if (!std::strcmp(flag, "--memory-gib")) target.memory_gib = plan_gib(flag, value);
+      else throw sftdp::UserError(std::string(flag) + ": unknown flag (--plan takes --ranks, --ranks-per-node, --memory-gib)");
+      ++i;
+    }
+    // The config and its overrides, as for a run: argv[i - 1] stands in for the program name.
+    const auto cfg = sftdp::config::from_args(argc - (i - 1), argv + (i - 1));
+    std::fflush(stdout);
+    const int rc = sftdp::train::print_plan(cfg, target, stdout);
+    std::fflush(stdout);
+    return rc;
+  } catch (const sftdp::UserError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    sftdp::die_internal("sft_train", "--plan", e.what(), __FILE__, __LINE__);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -24,6 +82,7 @@ int main(int argc, char** argv) {
     usage(stdout);
     return 0;
   }
+  if (argc >= 2 && !std::strcmp(argv[1], "--plan")) return plan_main(argc, argv);
   sftdp::comm::MpiSession mpi(argc, argv);
   // Slurm's pre-timeout USR1 or a TERM that arrives while data and model load is honoured at the
   // first step boundary instead of killing the process.

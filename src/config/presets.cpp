@@ -35,13 +35,15 @@ ModelDims llama(int L, int NH, int KVH, int HS, int C, int F, int V, int maxT, d
 }
 ModelDims qwen2(ModelDims d) { return d.qkv_bias = true, d; }
 ModelDims qwen3(ModelDims d) { return d.qk_norm = true, d; }
+ModelDims untied(ModelDims d) { return d.tied = false, d; }
 ModelDims llama3_rope(ModelDims d, double factor, double low, double high, int original) {
   d.rope_scaling = {true, factor, low, high, original};
   return d;
 }
 
 // The -tiny presets' vocabulary is the byte tokenizer's 256 bytes plus 8 special ids. The
-// Llama-family presets are the Hugging Face models' config.json values (all tie their head).
+// Llama-family presets are the Hugging Face models' config.json values; up to qwen3-4b they tie
+// their head to the embedding, llama-3.1-8b and qwen3-8b do not.
 const Preset kPresets[] = {
     {"gpt2-tiny", gpt2(2, 4, 64, 256, 264, 256)},
     {"gpt2-124m", gpt2(12, 12, 768, 3072, 50257, 1024)},
@@ -53,6 +55,11 @@ const Preset kPresets[] = {
     {"qwen2.5-0.5b", qwen2(llama(24, 14, 2, 64, 896, 4864, 151936, 32768, 1e-6, 1000000))},
     {"qwen3-0.6b", qwen3(llama(28, 16, 8, 128, 1024, 3072, 151936, 40960, 1e-6, 1000000))},
     {"llama-3.2-1b", llama3_rope(llama(16, 32, 8, 64, 2048, 8192, 128256, 131072, 1e-5, 500000), 32, 1, 4, 8192)},
+    {"qwen3-1.7b", qwen3(llama(28, 16, 8, 128, 2048, 6144, 151936, 40960, 1e-6, 1000000))},
+    {"qwen3-4b", qwen3(llama(36, 32, 8, 128, 2560, 9728, 151936, 40960, 1e-6, 1000000))},
+    {"llama-3.1-8b",
+     untied(llama3_rope(llama(32, 32, 8, 128, 4096, 14336, 128256, 131072, 1e-5, 500000), 8, 1, 4, 8192))},
+    {"qwen3-8b", untied(qwen3(llama(36, 32, 8, 128, 4096, 12288, 151936, 40960, 1e-6, 1000000)))},
 };
 
 std::string joined_preset_names() {

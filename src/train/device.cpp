@@ -15,19 +15,28 @@
 #include "train/placement.h"
 
 namespace sftdp::train {
-namespace {
-// CPU threads per rank when OMP_NUM_THREADS is not set: the cores this process may run on
-// (its affinity mask: Slurm's cpuset, or the whole node), shared among the ranks on this node.
-void pick_cpu_threads(const comm::MpiSession& mpi) {
-  if (std::getenv("OMP_NUM_THREADS")) return;
+
+int cpu_threads_per_rank(int ranks_on_node) {
+  if (std::getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
   cpu_set_t set;
   int cores = 1;
   if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
   // Under mpirun every rank's mask is usually the whole node; under srun it is the task's share.
-  const bool whole_node = mpi.local_size() > 1 && cores >= mpi.local_size() &&
+  const bool whole_node = ranks_on_node > 1 && cores >= ranks_on_node &&
                           cores == static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  const int threads = std::max(1, whole_node ? cores / mpi.local_size() : cores);
-  omp_set_num_threads(threads);
+  return std::max(1, whole_node ? cores / ranks_on_node : cores);
+}
+
+void check_cpu_dtypes(const config::Config& cfg) {
+  if (cfg.dtype != "float32")
+    throw UserError("dtype: " + cfg.dtype + " needs hardware=gpu; the CPU path computes in float32");
+  if (cfg.weight_dtype != "float32")
+    throw UserError("weight_dtype: " + cfg.weight_dtype + " needs hardware=gpu; the CPU path keeps float32 weights");
+}
+
+namespace {
+void pick_cpu_threads(const comm::MpiSession& mpi) {
+  if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(cpu_threads_per_rank(mpi.local_size()));
 }
 }  // namespace
 
@@ -58,11 +67,7 @@ Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi) {
     dev.gpu = plan.ok;
   }
   if (!dev.gpu) {
-    if (cfg.dtype != "float32")
-      throw UserError("dtype: " + cfg.dtype + " needs hardware=gpu; the CPU path computes in float32");
-    if (cfg.weight_dtype != "float32")
-      throw UserError("weight_dtype: " + cfg.weight_dtype +
-                      " needs hardware=gpu; the CPU path keeps float32 weights");
+    check_cpu_dtypes(cfg);
     pick_cpu_threads(mpi);
     dev.ops = &cpu_ops();
     dev.comm = comm::make_mpi_communicator();

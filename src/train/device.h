@@ -16,6 +16,14 @@ struct Device {
   bool gpu = false;
 };
 
+// CPU threads per rank when OMP_NUM_THREADS is not set (else OpenMP's own count): the cores this
+// process may run on (its affinity mask: Slurm's cpuset, or the whole node), shared among the
+// ranks_on_node ranks when the mask is the whole node. The CPU path sets it; the plan counts by it.
+int cpu_threads_per_rank(int ranks_on_node);
+
+// The CPU path computes in and keeps float32: any other dtype or weight_dtype is a UserError.
+void check_cpu_dtypes(const config::Config& cfg);
+
 // Throws UserError for impossible requests (gpu without a device, bfloat16 on the CPU).
 Device pick_device(const config::Config& cfg, const comm::MpiSession& mpi);
 

@@ -20,7 +20,6 @@
 #endif
 
 namespace sftdp::train {
-namespace {
 
 // "21.93 GiB", or "23.6 MiB" below a GiB.
 std::string gib(size_t bytes) {
@@ -31,6 +30,8 @@ std::string gib(size_t bytes) {
     std::snprintf(s, sizeof s, "%.1f MiB", static_cast<double>(bytes) / (1u << 20));
   return s;
 }
+
+namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // kernels/cuda/gemm.cu's cuBLASLt workspace
 
@@ -81,32 +82,40 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
   return p;
 }
 
-Available available_memory(bool gpu, const comm::MpiSession& mpi) {
+Available gpu_memory_available(const std::string& host) {
   Available a;
-  if (gpu) {
 #ifdef SFTDP_WITH_CUDA
-    size_t free_bytes = 0, total = 0;
-    int device = 0;
-    CHECK_CUDA(cudaGetDevice(&device));
-    CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
-    a.bytes = free_bytes, a.known = true;
-    a.what = "free on CUDA device " + std::to_string(device) + " of " + mpi.host() + ", " + gib(total) + " in all";
+  size_t free_bytes = 0, total = 0;
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  a.bytes = free_bytes, a.known = true;
+  a.what = "free on CUDA device " + std::to_string(device) + " of " + host + ", " + gib(total) + " in all";
+#else
+  (void)host;
 #endif
-    return a;
-  }
+  return a;
+}
+
+Available cpu_memory_available(int ranks_on_node, const std::string& host) {
+  Available a;
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   size_t kib = 0;
   while (meminfo >> key >> kib) {
     if (key == "MemAvailable:") {
-      const int ranks = std::max(1, mpi.local_size());
+      const int ranks = std::max(1, ranks_on_node);
       a.bytes = kib * 1024 / static_cast<size_t>(ranks), a.known = true;
-      a.what = "MemAvailable " + gib(kib * 1024) + " shared by " + std::to_string(ranks) + " rank(s) on " + mpi.host();
+      a.what = "MemAvailable " + gib(kib * 1024) + " shared by " + std::to_string(ranks) + " rank(s) on " + host;
       return a;
     }
     meminfo.ignore(1 << 10, '\n');
   }
   return a;
+}
+
+Available available_memory(bool gpu, const comm::MpiSession& mpi) {
+  return gpu ? gpu_memory_available(mpi.host()) : cpu_memory_available(mpi.local_size(), mpi.host());
 }
 
 MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batch, const config::ModelDims& d,

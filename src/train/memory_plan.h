@@ -43,6 +43,13 @@ struct Available {
   std::string what;  // "MemAvailable 23.44 GiB / 2 ranks on node07"
 };
 Available available_memory(bool gpu, const comm::MpiSession& mpi);
+// Its two halves: the current CUDA device's free bytes (not known in a build without CUDA), and
+// /proc/meminfo's MemAvailable shared by ranks_on_node ranks.
+Available gpu_memory_available(const std::string& host);
+Available cpu_memory_available(int ranks_on_node, const std::string& host);
+
+// "21.93 GiB", or "23.6 MiB" below a GiB: the figures of describe() and the error line.
+std::string gib(size_t bytes);
 
 // Throws UserError when the plan of cfg on this rank exceeds what is available, naming both and
 // every single change that would fit. Returns the plan (for the start-up log).

@@ -42,7 +42,7 @@ TEST_P(ConfigRejects, WithAMessageThatNamesTheKey) {
 
 const std::string kPresets =
     "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, llama-tiny, smollm2-135m, smollm2-360m, qwen2.5-0.5b, "
-    "qwen3-0.6b, llama-3.2-1b";
+    "qwen3-0.6b, llama-3.2-1b, qwen3-1.7b, qwen3-4b, llama-3.1-8b, qwen3-8b";
 
 INSTANTIATE_TEST_SUITE_P(
     ImpossibleValues, ConfigRejects,

@@ -31,7 +31,7 @@ TEST(ModelPresets, NamesAreListedInSizeOrder) {
   EXPECT_EQ(preset_names(),
             (std::vector<std::string>{"gpt2-tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "llama-tiny",
                                       "smollm2-135m", "smollm2-360m", "qwen2.5-0.5b", "qwen3-0.6b",
-                                      "llama-3.2-1b"}));
+                                      "llama-3.2-1b", "qwen3-1.7b", "qwen3-4b", "llama-3.1-8b", "qwen3-8b"}));
 }
 
 // The Llama-family presets are the Hugging Face models' config.json values.
@@ -67,6 +67,42 @@ TEST(ModelPresets, LlamaFamilyMatchesTheReleasedModels) {
   EXPECT_TRUE(llama.rope_scaling.llama3);
   EXPECT_EQ(llama.rope_scaling.factor, 32);
   EXPECT_EQ(llama.rope_scaling.original_max_positions, 8192);
+}
+
+// The 2-8B presets users fine-tune most (tests/integration/test_plan.py counts their parameters
+// against transformers models of the same config.json values).
+TEST(ModelPresets, TheEightBClassMatchesTheReleasedModels) {
+  const ModelDims q4 = dims_of({"model_name=qwen3-4b"});
+  expect_dims(q4, 36, 32, 2560, 9728, 151936, 40960);
+  EXPECT_EQ(block_name(q4), "qwen3");
+  EXPECT_EQ(q4.kv_heads(), 8);
+  EXPECT_EQ(q4.head_size(), 128);  // not C / NH = 80
+  EXPECT_TRUE(q4.tied);
+  EXPECT_EQ(q4.rope_theta, 1000000);
+  EXPECT_EQ(q4.norm_eps, 1e-6);
+
+  const ModelDims q17 = dims_of({"model_name=qwen3-1.7b"});
+  expect_dims(q17, 28, 16, 2048, 6144, 151936, 40960);
+  EXPECT_TRUE(q17.tied);
+
+  const ModelDims q8 = dims_of({"model_name=qwen3-8b"});
+  expect_dims(q8, 36, 32, 4096, 12288, 151936, 40960);
+  EXPECT_EQ(block_name(q8), "qwen3");
+  EXPECT_FALSE(q8.tied);  // lm_head.weight of its own
+
+  const ModelDims l8 = dims_of({"model_name=llama-3.1-8b"});
+  expect_dims(l8, 32, 32, 4096, 14336, 128256, 131072);
+  EXPECT_EQ(block_name(l8), "llama");
+  EXPECT_EQ(l8.kv_heads(), 8);
+  EXPECT_EQ(l8.head_size(), 128);
+  EXPECT_FALSE(l8.tied);
+  EXPECT_EQ(l8.rope_theta, 500000);
+  EXPECT_EQ(l8.norm_eps, 1e-5);
+  EXPECT_TRUE(l8.rope_scaling.llama3);
+  EXPECT_EQ(l8.rope_scaling.factor, 8);
+  EXPECT_EQ(l8.rope_scaling.low_freq_factor, 1);
+  EXPECT_EQ(l8.rope_scaling.high_freq_factor, 4);
+  EXPECT_EQ(l8.rope_scaling.original_max_positions, 8192);
 }
 
 TEST(ModelExplicitDims, LlamaKeysOverrideOnlyThemselves) {

@@ -1,0 +1,137 @@
+// src/train/plan.cpp — see plan.h. Every figure comes from plan_memory / check_memory, the functions
+// the real run calls before it allocates; only what they are given differs: the world size and
+// the memory on offer come from the target instead of MPI and the device, and the kernels' table
+// is the one the run would pick, by name (the counting model never runs a kernel).
+#include "train/plan.h"
+
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "sftdp/check.h"
+#include "sftdp/model.h"
+#include "train/device.h"
+#include "train/memory_plan.h"
+
+namespace sftdp::train {
+namespace {
+
+std::string this_host() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "this machine";
+  return name;
+}
+
+std::string trim_zeros(double x) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%g", x);
+  return s;
+}
+
+// What the run would have on each rank: the target's figure, else this machine's.
+Available target_memory(const PlanTarget& t, bool gpu, int per_node) {
+  if (t.memory_gib > 0) {
+    Available a;
+    const double bytes = t.memory_gib * double(size_t{1} << 30);
+    a.known = true;
+    a.bytes = static_cast<size_t>(gpu ? bytes : bytes / per_node);
+    a.what = "--memory-gib " + trim_zeros(t.memory_gib) +
+             (gpu ? " per GPU" : " per node, shared by " + std::to_string(per_node) + " rank(s)");
+    return a;
+  }
+  if (!gpu) return cpu_memory_available(per_node, this_host());
+  if (!cuda_device_available())
+    throw UserError("--memory-gib: a hardware: gpu plan on a machine without a usable CUDA device needs the "
+                    "memory of one GPU (e.g. --memory-gib 80)");
+  return gpu_memory_available(this_host());
+}
+
+}  // namespace
+
+int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* out) {
+  SFTDP_ASSERT(target.ranks >= 1 && target.ranks_per_node >= 0 && target.memory_gib >= 0, "bad plan target");
+  const int per_node = target.ranks_per_node > 0 ? std::min(target.ranks_per_node, target.ranks) : target.ranks;
+  const auto batch = config::resolve_batch(cfg, target.ranks);
+  const auto dims = config::model_dims(cfg);
+  // hardware: auto is what this machine would pick; a plan for another cluster names it.
+  const bool gpu = cfg.hardware == "gpu" || (cfg.hardware == "auto" && cuda_device_available());
+  if (!gpu) check_cpu_dtypes(cfg);
+  Ops ops = cpu_ops();  // the name is the table's identity (gemm_inputs_bf16): the GPU run's, by name
+  if (gpu) ops.name = cfg.dtype == "bfloat16" || cfg.weight_dtype == "bfloat16" ? "cuda-bf16" : "cuda";
+  const Available available = target_memory(target, gpu, per_node);
+  const int threads = cpu_threads_per_rank(per_node);
+  const model::LoraSpec lora = model::lora_spec(cfg, dims);
+  const int T = static_cast<int>(cfg.max_target_length);
+  const int micro = static_cast<int>(batch.micro_batch);
+  const auto plan_at = [&](int stage, bool remat) {
+    return plan_memory(dims, ops, T, {micro, remat, stage}, 0, target.ranks, gpu, gpu && cfg.dtype == "bfloat16",
+                       threads, lora);
+  };
+
+  const size_t params = model::param_layout(dims).total;
+  std::fprintf(out, "plan: %s (%s block), %zu parameters", cfg.model_name.empty() ? "explicit dimensions" : cfg.model_name.c_str(),
+               config::block_name(dims).c_str(), params);
+  if (lora.enabled()) std::fprintf(out, ", %zu trainable (LoRA rank %d)", model::lora_layout(dims, lora).total, lora.rank);
+  std::fprintf(out, "; hardware %s (%s kernels)\n", gpu ? "gpu" : "cpu", ops.name);
+  std::fprintf(out,
+               "plan: model: %d layers, emb_dim %d, mlp_dim %d, %d heads (%d k/v) of %d, vocab_size %d, "
+               "max_position_embeddings %d",
+               dims.L, dims.C, dims.F, dims.NH, dims.kv_heads(), dims.head_size(), dims.V, dims.maxT);
+  if (dims.block == config::Block::kLlama) {
+    std::fprintf(out, ", rope_theta %g, rms_norm_eps %g", dims.rope_theta, dims.norm_eps);
+    if (dims.rope_scaling.llama3)
+      std::fprintf(out, ", llama3 rope scaling (factor %g, low %g, high %g, original %d)", dims.rope_scaling.factor,
+                   dims.rope_scaling.low_freq_factor, dims.rope_scaling.high_freq_factor,
+                   dims.rope_scaling.original_max_positions);
+  }
+  std::fprintf(out, ", head %s\n", dims.tied ? "tied" : "untied");
+  std::fprintf(out, "plan: %d rank(s), %d per node; global batch %lld = %d rank(s) x GA %lld x %d rows, T=%d, dtype %s\n",
+               target.ranks, per_node, static_cast<long long>(batch.global_batch), target.ranks,
+               static_cast<long long>(batch.ga_steps), micro, T, cfg.dtype.c_str());
+  std::fprintf(out, "plan: memory per rank: %s (%s)\n", available.known ? gib(available.bytes).c_str() : "unknown",
+               available.what.c_str());
+  if (gpu && cfg.weight_dtype == "bfloat16")
+    std::fprintf(out, "plan: weight_dtype bfloat16: the GEMMs read bf16 copies; the parameters themselves are stored "
+                      "as float32 (4 bytes each, and so are the gradient sums)\n");
+
+  // Rank 0 holds the most: the checkpoint's host copies (CPU) and, like every rank, one block.
+  const int stages[] = {0, 1};
+  std::vector<MemoryPlan> at, other;
+  for (int s : stages) at.push_back(plan_at(s, cfg.remat)), other.push_back(plan_at(s, !cfg.remat));
+  const auto row = [&](const char* name, auto field) {
+    std::fprintf(out, "| %-34s |", name);
+    for (const MemoryPlan& p : at) std::fprintf(out, " %13s |", gib(field(p)).c_str());
+    std::fprintf(out, "\n");
+  };
+  std::fprintf(out, "\nrank 0 (it holds the most), remat %s:\n\n| %-34s |", cfg.remat ? "true" : "false", "component");
+  for (int s : stages) std::fprintf(out, "  zero_stage %d |", s);
+  std::fprintf(out, "\n|%s|", std::string(36, '-').c_str());
+  for (size_t i = 0; i < at.size(); ++i) std::fprintf(out, "%s|", std::string(15, '-').c_str());
+  std::fprintf(out, "\n");
+  row("parameters", [](const MemoryPlan& p) { return p.params; });
+  row("gradient sums", [](const MemoryPlan& p) { return p.grads; });
+  row("AdamW moments", [](const MemoryPlan& p) { return p.moments; });
+  row("activations", [](const MemoryPlan& p) { return p.activations; });
+  row("kernel scratch and buffers", [](const MemoryPlan& p) { return p.other; });
+  row("total", [](const MemoryPlan& p) { return p.total(); });
+  const auto fits = [&](const MemoryPlan& p) { return !available.known ? "?" : p.total() <= available.bytes ? "yes" : "no"; };
+  std::fprintf(out, "| %-34s |", "fits");
+  for (const MemoryPlan& p : at) std::fprintf(out, " %13s |", fits(p));
+  const std::string alt = std::string("total with remat ") + (cfg.remat ? "false" : "true");
+  std::fprintf(out, "\n| %-34s |", alt.c_str());
+  for (const MemoryPlan& p : other) std::fprintf(out, " %13s |", gib(p.total()).c_str());
+  std::fprintf(out, "\n| %-34s |", (alt + ": fits").c_str());
+  for (const MemoryPlan& p : other) std::fprintf(out, " %13s |", fits(p));
+  std::fprintf(out, "\n\nzero_stage 2 and 3 (sharded gradient sums and parameters) are not built yet.\n");
+
+  // The config's own choice, through the real run's check: its log line, or its error.
+  const MemoryPlan mine = check_memory(cfg, batch, dims, ops, available, 0, target.ranks, gpu, threads);
+  std::fprintf(out, "plan: memory: this rank needs %s\n", mine.describe().c_str());
+  std::fprintf(out, "plan: fits (zero_stage %lld, remat %s)%s\n", static_cast<long long>(cfg.zero_stage),
+               cfg.remat ? "true" : "false", available.known ? "" : ": what is available is unknown, not checked");
+  return 0;
+}
+
+}  // namespace sftdp::train
