@@ -6,10 +6,11 @@
 # That sanitized build is also the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim): its suite
 # runs every GPU test on simulated GPUs, none skipped; the first (nvcc) build compiles the CUDA
 # sources for real and its GPU tests skip without a device. Extra arguments go to both ctest runs
-# (e.g. -L gpu). Fresh clone on a quiet 2-core machine (2026-12-03, with the tensor-core attention's
-# tests, the resource report and the 200-step bf16 tracking test): 42 min 13 s in all, install and both
-# builds included: normal suite 494 s, sanitized suite 1208 s (its longest: the GPU end-to-end test 511 s,
-# the bf16 tracking test 462 s, run side by side). On 2026-12-02: about 26 min (474 s, 800 s).
+# (e.g. -L gpu). Fresh clone on a quiet 2-core machine (2026-12-03, after the simulator stopped
+# allocating per warp operation; with the chaos soak and the tensor-core attention's tests): 37 min
+# 5 s in all, install and both builds included: normal suite 570 s, sanitized suite 863 s. The run
+# before that fix: 47 min (612 s, 1190 s; the GPU end-to-end test alone 455 s under ASan). On
+# 2026-12-02: about 26 min (474 s, 800 s).
 # On 2026-12-01, with the packages installed: 860 s
 # in all (the same run before the simulator: 683 s): normal suite 158 s, sanitized suite 328 s
 # (157 s of it the GPU tests), fuzzing 85 s; the simulator adds <= 53 s to the sanitized build.

@@ -65,8 +65,8 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   const model::LoraSpec lora = model::lora_spec(cfg, dims);
   const int T = static_cast<int>(cfg.max_target_length);
   const int micro = static_cast<int>(batch.micro_batch);
-  const auto plan_at = [&](int stage, bool remat) {
-    return plan_memory(dims, ops, T, {micro, remat, stage}, 0, target.ranks, gpu, gpu && cfg.dtype == "bfloat16",
+  const auto plan_at = [&](int stage, bool remat, int rank = 0) {
+    return plan_memory(dims, ops, T, {micro, remat, stage}, rank, target.ranks, gpu, gpu && cfg.dtype == "bfloat16",
                        threads, lora);
   };
 
@@ -96,7 +96,8 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
     std::fprintf(out, "plan: weight_dtype bfloat16: the GEMMs read bf16 copies; the parameters themselves are stored "
                       "as float32 (4 bytes each, and so are the gradient sums)\n");
 
-  // Rank 0 holds the most: the checkpoint's host copies (CPU) and, like every rank, one block.
+  // Rank 0 holds the most: the checkpoint's host copies (CPU ranks) and, like every rank, one
+  // block of the moments (plus the tail every rank owns).
   const int stages[] = {0, 1};
   std::vector<MemoryPlan> at, other;
   for (int s : stages) at.push_back(plan_at(s, cfg.remat)), other.push_back(plan_at(s, !cfg.remat));
@@ -116,6 +117,11 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   row("activations", [](const MemoryPlan& p) { return p.activations; });
   row("kernel scratch and buffers", [](const MemoryPlan& p) { return p.other; });
   row("total", [](const MemoryPlan& p) { return p.total(); });
+  if (target.ranks > 1 && !gpu) {  // the others hold one host copy of the parameters, not three
+    std::fprintf(out, "| %-34s |", ("total on ranks 1 to " + std::to_string(target.ranks - 1)).c_str());
+    for (int s : stages) std::fprintf(out, " %13s |", gib(plan_at(s, cfg.remat, 1).total()).c_str());
+    std::fprintf(out, "\n");
+  }
   const auto fits = [&](const MemoryPlan& p) { return !available.known ? "?" : p.total() <= available.bytes ? "yes" : "no"; };
   std::fprintf(out, "| %-34s |", "fits");
   for (const MemoryPlan& p : at) std::fprintf(out, " %13s |", fits(p));
