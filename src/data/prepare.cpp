@@ -33,8 +33,9 @@ const std::string& string_field(const json& obj, const char* key, const std::str
 }
 
 Example parse_pair(const json& j) {
-  const std::string& prompt = string_field(j, "prompt", "");
-  const std::string& completion = string_field(j, "completion", "");
+  const std::string top_level;  // named, not a temporary "": GCC 13's -Wdangling-reference flags one
+  const std::string& prompt = string_field(j, "prompt", top_level);
+  const std::string& completion = string_field(j, "completion", top_level);
   Example ex;
   push(ex, tok::kBos, 0.f);
   push_text(ex, prompt, 0.f);
