@@ -105,9 +105,9 @@ def test_presets_are_the_released_models(tmp_path, preset):
 
 def tiny_config(d, **extra):
     make_data(f"{d}/train.h5", 16, seed=1)
-    return write_config(f"{d}/c.yml", **dict(TINY_MODEL, run_name="r", base_output_directory=f"{d}/out",
-                                              train_files=f"{d}/train.h5", max_target_length=16, global_batch_size=4,
-                                              steps=1, hardware="cpu", **extra))
+    keys = dict(TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
+                max_target_length=16, global_batch_size=4, steps=1, hardware="cpu")
+    return write_config(f"{d}/c.yml", **{**keys, **extra})  # extra wins (hardware="gpu")
 
 
 def needs(text, prefix):
