@@ -4,6 +4,7 @@
 // allreduce is the identity, but the trainer calls it all the same (one code path).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -54,6 +55,26 @@ class Communicator {
   // rank (the other blocks are overwritten). One rank: both are the identity.
   virtual void reduce_scatter_sum(float* buf, size_t block) = 0;
   virtual void all_gather(float* buf, size_t block) = 0;
+  // ZeRO-2/3 (issue 25): non-blocking, OUT-OF-PLACE collectives on equal blocks, in this
+  // communicator's memory, that overlap the kernels still running. Every rank starts the same
+  // collectives in the same order. A start_* returns at once with a ticket (1, 2, 3, ... in start
+  // order) and runs after everything the kernels have queued so far (NCCL: its stream waits for an
+  // event recorded on the kernels' stream; MPI: the CPU kernels are synchronous, so at once).
+  // send must not be written, nor recv read or written, until the collective is waited for.
+  //   start_reduce_scatter_sum: send holds world·block floats; recv (block floats) receives the sum
+  //     across ranks of send's block number rank(), i.e. send[rank·block, (rank+1)·block).
+  //   start_all_gather: recv (world·block floats) receives every rank's send (block floats), rank r's
+  //     at recv + r·block.
+  // wait(ticket): that collective and every earlier one are complete for whatever the caller queues
+  // next (NCCL: the kernels' stream waits for them, the host does not block; MPI: the host waits,
+  // under the collective deadline). wait_all(): the host waits under the collective deadline until
+  // every started collective is complete (NCCL: polled, with ncclCommAbort on expiry), so nothing is
+  // left in flight; callers end every pass with it. One rank: recv = send (a copy, in order).
+  using Ticket = uint64_t;
+  virtual Ticket start_reduce_scatter_sum(const float* send, float* recv, size_t block) = 0;
+  virtual Ticket start_all_gather(const float* send, float* recv, size_t block) = 0;
+  virtual void wait(Ticket ticket) = 0;
+  virtual void wait_all() = 0;
   // Host-side helpers, always over MPI: sums of doubles, broadcast of bytes, barrier.
   virtual void allreduce_sum_host(double* buf, size_t n) = 0;
   virtual void broadcast_host(void* buf, size_t bytes, int root) = 0;
