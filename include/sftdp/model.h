@@ -127,6 +127,65 @@ struct LossSums {
   double loss_sum = 0, weight_sum = 0;
 };
 
+// ZeRO-2/3 (issue 25): a unit is a contiguous range of a flat buffer that is gathered, used and
+// reduced whole. A layout's units, in offset order, tile [0, total): the embeddings [0, block 0's
+// first weight) (wte, and wpe for GPT-2; absent when empty), each block's >= 2-D weights, an untied
+// lm_head, then every vector (norm weights, biases, ln_f; absent when empty). Each unit is wholly
+// decayed or wholly not ([0, n_decay) ends where the vectors begin). Without layers: [0, n_decay)
+// and [n_decay, total). LoRA's adapter layout has block units only.
+struct Unit {
+  enum Kind { kEmbed, kBlock, kHead, kVectors };
+  Kind kind = kEmbed;
+  int layer = -1;  // kBlock
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+std::vector<Unit> units_of(const ParamLayout& layout, int L);
+// The index of the unit holding flat offset `offset` (dies if none does).
+size_t unit_at(const std::vector<Unit>& units, size_t offset);
+
+// The two sets of units a pass uses: the base model's parameters, and (LoRA only) the adapters.
+// Without LoRA the trainable set is the base set.
+enum class UnitSet { kBase, kTrainable };
+
+// One event of a pass, in the order every rank makes them (Model::unit_schedule): a unit's
+// parameters are needed from now on (kUse), or a trainable unit's gradient sums are final for this
+// pass (kGradsFinal).
+struct UnitEvent {
+  enum Kind { kUse, kGradsFinal };
+  Kind kind;
+  UnitSet set;
+  size_t unit;
+  bool operator==(const UnitEvent& o) const { return kind == o.kind && set == o.set && unit == o.unit; }
+};
+
+// Where the model's tensors live during its passes (issue 25). Without one (zero_stage 0 and 1)
+// the model uses its own full buffers. ZeRO-2/3 (src/optim/zero_units.h) installs one: gradient
+// sums in per-unit slots, reduce-scattered as each unit's sums are final; at stage 3 parameters
+// all-gathered per unit before use (the next one prefetched). The model makes the calls below in
+// unit_schedule()'s order, the same on every rank (a micro-batch with nothing to compute replays the
+// schedule without kernels), and between them reaches tensors only through base / trainable / grad.
+class Residency {
+ public:
+  virtual ~Residency() = default;
+  virtual void begin_pass(bool training) = 0;
+  virtual void use(UnitSet set, size_t unit) = 0;
+  virtual void grads_final(size_t unit) = 0;  // a unit of the trainable set
+  // Every collective of the pass complete and its gradient sums accumulated.
+  virtual void end_pass() = 0;
+  // The tensor at `offset` of the base layout / trainable layout (its unit in use), and the gradient
+  // sums of the trainable tensor at `offset` (its unit's slot, zeroed at the first call of the pass).
+  virtual float* base(size_t offset) = 0;
+  virtual float* trainable(size_t offset) = 0;
+  virtual float* grad(size_t offset) = 0;
+  // Between passes. zero_grads: the gradient sums of a new step. load: every rank passes the full
+  // vector of a set's layout and keeps what it holds of it. to_host: the full vector (a collective
+  // where the set is sharded: every rank calls it, every rank gets it).
+  virtual void zero_grads() = 0;
+  virtual void load(UnitSet set, const std::vector<float>& host) = 0;
+  virtual std::vector<float> to_host(UnitSet set) = 0;
+};
+
 class Model {
  public:
   virtual ~Model();
@@ -145,13 +204,30 @@ class Model {
   void set_step(int64_t step) { step_ = step; }
   const config::ModelDims& dims() const { return d_; }
   const Ops& ops() const { return ops_; }
-  float* params() { return params_; }            // device, layout().total
-  float* grads() { return grads_; }              // device, trainable_layout().total + 2
+  float* params() { return params_; }            // device, layout().total (null at zero_stage 3)
+  float* grads() { return grads_; }              // device, trainable_layout().total + 2 (zero_stage 0, 1)
   size_t grad_buffer_floats() const { return trainable_layout().total + 2; }
+  // The loss sum and weight sum of this rank's passes since zero_grads(): the gradient buffer's two
+  // trailing floats, or at zero_stage 2 and 3 (no gradient buffer) two floats of their own.
+  float* sums() { return sums_; }
 
+  // ZeRO (issue 25). zero_stage 2 and 3 (make_model's `zero_stage`): no full gradient buffer; at 3
+  // no full parameter buffer either (nor its bf16 copy, nor the adapters'). Such a model needs a
+  // Residency (set_residency, before any pass); it does not own it.
+  int zero_stage() const { return zero_stage_; }
+  void set_residency(Residency* r) { residency_ = r; }
+  Residency* residency() const { return residency_; }
+  const std::vector<Unit>& base_units() const { return base_units_; }
+  const std::vector<Unit>& trainable_units() const { return lora() ? lora_units_ : base_units_; }
+  // The events of one pass in order: training = forward_backward's (the base units in use forward,
+  // the head, then backward; each trainable unit's gradients final), else forward()'s.
+  std::vector<UnitEvent> unit_schedule(bool training) const;
+
+  // At zero_stage 3 the host copies go through the residency: set_* takes each rank's share of the
+  // full vector, and *_to_host is a collective (every rank calls it; every rank gets the full vector).
   void set_params_from_host(const std::vector<float>& host);
   std::vector<float> params_to_host() const;
-  std::vector<float> grads_to_host() const;      // includes the two trailing sums
+  std::vector<float> grads_to_host() const;      // includes the two trailing sums (zero_stage 0, 1)
 
   void zero_grads();  // gradient sums and the two trailing sums
   // Forward and backward on one micro-batch (B <= max_B rows): gradient sums += and the
@@ -187,7 +263,7 @@ class Model {
   // (and the bf16 activation copies) in place instead of rounding their inputs again (kernels/bf16.h's
   // bf16_mirror): bitwise the same results. false: every GEMM rounds its own inputs (for tests).
   void set_bf16_mirrors(bool on) { mirrors_ = on; }
-  bool bf16_mirrors() const { return params16_ && mirrors_; }
+  bool bf16_mirrors() const { return bf16_table_ && mirrors_; }
   // Bytes of the family's activation buffers (per-block activations, the embedding and final
   // norm outputs, the activation-gradient scratch), on the device; not the parameters, gradients,
   // micro-batch or the head's chunk buffers. remat_saved_bytes(): what remat saves, i.e. the
@@ -212,10 +288,18 @@ class Model {
     const int32_t* pos() const { return has_positions ? positions : nullptr; }
   };
   Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
-        bool bf16_activations, const LoraSpec& lora);
-  // The base weights' gradient sums, or null when they are frozen (LoRA): the families pass null
-  // weight gradients to the kernels then.
-  float* base_grads() { return lora() ? nullptr : grads_; }
+        bool bf16_activations, const LoraSpec& lora, int zero_stage);
+  // Where a tensor is now (the residency's, else the full buffers): the base parameter at `offset`,
+  // the trainable one, and the gradient sums of the base tensor at `offset` — null when the base is
+  // frozen (LoRA): the families pass null weight gradients to the kernels then.
+  float* param(size_t offset) { return residency_ ? residency_->base(offset) : params_ + offset; }
+  float* trainable(size_t offset) { return residency_ ? residency_->trainable(offset) : trainable_params() + offset; }
+  float* trainable_grad(size_t offset) { return residency_ ? residency_->grad(offset) : grads_ + offset; }
+  float* base_grad(size_t offset) { return lora() ? nullptr : trainable_grad(offset); }
+  // The families announce the units they use (no-ops without a residency): the embeddings before
+  // the encoder, block l before its forward and again before its backward (both sets under LoRA).
+  void use_embeddings();
+  void use_block(int l);
   // The adapters on block l's Linear layer at `site` (none: nothing happens). Forward: out (row
   // stride ldo, the site's width) += each adapter's s·B(A x'), x' = x or, training with
   // lora_dropout, its dropout. Backward: their gradient sums += and dx += their share, from dout
@@ -239,6 +323,7 @@ class Model {
   // weight's own gradient excluded (Model adds it).
   // Families call it in run_backward right after block l's weight gradients are final.
   void layer_backward_done(int l) const {
+    if (residency_) residency_->grads_final(block_unit_[l]);
     if (!ready_ || !*ready_) return;
     const auto& b = buckets_[head_buckets_ + d_.L - 1 - l];
     (*ready_)(b.first, b.second);
@@ -255,6 +340,7 @@ class Model {
   size_t remat_saved_bytes_ = 0;  // the family sets it
   float* params_ = nullptr;
   float* grads_ = nullptr;
+  float* sums_ = nullptr;
   Io io_{};
   // Set by the family's constructor: hidden_ (max_B·T, C), dhidden_ (max_B·T, C) (may be scratch
   // of the family that run_forward overwrites: Model writes it between the two passes), and the
@@ -275,11 +361,21 @@ class Model {
   uint64_t dropout_key(const Adapter& ad) const;
   LoraSpec lora_;
   ParamLayout lora_layout_;
+  int zero_stage_ = 0;
+  Residency* residency_ = nullptr;
+  std::vector<Unit> base_units_, lora_units_;
+  std::vector<size_t> block_unit_;       // the trainable unit of block l
+  std::vector<size_t> block_base_unit_;  // the base unit of block l
+  size_t embed_unit_ = SIZE_MAX;    // the base unit of wte (SIZE_MAX: none)
+  size_t head_unit() const { return unit_at(base_units_, head_); }  // the base unit of the LM head weight
+  // A pass with nothing to compute at zero_stage 2/3: unit_schedule(training)'s calls, no kernels.
+  void replay_schedule(bool training);
   std::vector<LinearModule> modules_;
   std::vector<Adapter> adapters_;
   std::vector<std::array<std::vector<int>, 4>> adapters_at_;  // [layer][site]: indices into adapters_
   float* lora_params_ = nullptr;
   uint16_t* params16_ = nullptr;  // bf16 copy of params_, the bf16-GEMM table only (bf16_mirrors())
+  bool bf16_table_ = false;       // ops_ is the bf16-GEMM table
   bool mirrors_ = true;
   void begin_pass();  // params16_ = bf16(params_), its mirror registered
   void end_pass();    // every mirror cleared
@@ -315,20 +411,21 @@ struct Footprint {
   size_t total() const { return params + grads + activations + other; }
 };
 Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-                    bool bf16_activations = false, const LoraSpec& lora = {});
+                    bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0);
 
 // The model of d's family, with activations for max_B rows of T tokens; remat: recompute each
 // block's activations in backward instead of keeping them for every block (config key remat);
 // bf16_activations: keep the GEMM-only activations as bf16 (ops must be the bf16-GEMM table;
 // ignored with remat, which keeps none of them).
 // lora: adapters on a frozen base (LoraSpec; rank 0: none).
+// zero_stage 2 or 3: see Model::zero_stage().
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-                                  bool bf16_activations = false, const LoraSpec& lora = {});
+                                  bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0);
 
 class Gpt2 final : public Model {
  public:
   Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false,
-       const LoraSpec& lora = {});
+       const LoraSpec& lora = {}, int zero_stage = 0);
   ~Gpt2() override;
 
  private:
@@ -347,7 +444,7 @@ class Gpt2 final : public Model {
 class Llama final : public Model {
  public:
   Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false,
-        const LoraSpec& lora = {});
+        const LoraSpec& lora = {}, int zero_stage = 0);
   ~Llama() override;
 
  private:

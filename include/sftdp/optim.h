@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "sftdp/comm.h"
@@ -40,33 +41,71 @@ struct ZeroShard {
 };
 ZeroShard zero_shard(size_t total, size_t n_decay, int rank, int world);
 
+// ZeRO-2/3 (zero_stage 2 and 3, issue 25): what rank `rank` of `world` holds of each unit
+// (model::Unit) of a flat buffer. A unit of n floats splits into world pieces of
+// piece = ceil(n / world) floats: rank r holds the unit's floats [r·piece, min((r+1)·piece, n))
+// (`held` of them; fewer, or none, for the last ranks), stored padded with zeros to `piece`, so the
+// reduce-scatters and all-gathers move equal blocks (the unit's slot is world·piece floats). A rank's
+// shard is its pieces in unit order, piece u at `offset` (the same on every rank): `total` floats
+// each of master weights, AdamW m and v and gradient sums. Units are wholly decayed or not and the
+// decayed ones come first, so the shard's first `decayed` floats take weight decay.
+struct UnitShard {
+  size_t begin = 0, size = 0;  // the unit: [begin, begin + size) of the flat buffer
+  size_t piece = 0;            // floats per rank
+  size_t offset = 0;           // of this unit's piece in the shard
+  size_t held = 0;             // this rank's floats of the unit (<= piece)
+};
+struct UnitShards {
+  int rank = 0, world = 1;
+  std::vector<UnitShard> units;
+  size_t total = 0;    // floats per rank (padding included)
+  size_t decayed = 0;  // the shard's leading decayed floats
+  // Flat offset of rank r's piece of unit u (its first float), and how many floats r holds of it.
+  size_t piece_begin(size_t u, int r) const;
+  size_t held_by(size_t u, int r) const;
+};
+UnitShards unit_shards(const std::vector<model::Unit>& units, size_t n_decay, int rank, int world);
+
+class ZeroUnits;  // src/optim/zero_units.h
+
 class AdamW {
  public:
   // zero_stage 0 without a communicator: moments for the whole buffer; the caller sums the
   // gradient buffer across ranks itself (tests, benches).
   explicit AdamW(model::Model& model);
-  // The trainer's: zero_stage 0 (every rank keeps all moments and updates every parameter) or 1
+  // The trainer's: zero_stage 0 (every rank keeps all moments and updates every parameter), 1
   // (ZeRO-1: only this rank's ZeroShard of the moments; the update covers only that shard, then
-  // the parameters are all-gathered). comm must outlive this object.
+  // the parameters are all-gathered), or 2 and 3 (issue 25: the model must have been made with the
+  // same zero_stage; this installs ZeroUnits as its residency, which holds the gradient sums' and
+  // master weights' shards (UnitShards), and the moments follow the same shard). comm and model
+  // must outlive this object.
   AdamW(model::Model& model, comm::Communicator& comm, int zero_stage);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
   bool sharded() const { return sharded_; }  // zero_stage 1 on more than one rank
+  int zero_stage() const { return zero_stage_; }
+  // Whether moments_to_host is a collective (every rank must call it; rank 0 receives them).
+  bool moments_collective() const { return sharded_ || zero_stage_ >= 2; }
   const ZeroShard& shard() const { return shard_; }
-  size_t moment_bytes() const { return 2 * shard_.owned() * sizeof(float); }  // this rank's m and v
+  size_t owned_floats() const;  // this rank's floats of each of m and v
+  size_t moment_bytes() const { return 2 * owned_floats() * sizeof(float); }  // this rank's m and v
+  ZeroUnits* zero_units() { return zero_.get(); }  // zero_stage 2 and 3
   float* m() { return m_; }  // device, shard().owned() floats
   float* v() { return v_; }
   // m, v: the GLOBAL layout (layout.total floats); this rank keeps its shard of them.
   void set_moments_from_host(const std::vector<float>& m, const std::vector<float>& v);
-  // The GLOBAL m and v. Sharded: a collective (every rank must call it) that uses model.grads()
-  // as scratch, so call it only between steps (after apply); only rank 0 receives them (the
-  // checkpoint writer), the others get empty vectors and hold no global copy on the host.
+  // The GLOBAL m and v. moments_collective(): a collective (every rank must call it) that uses
+  // model.grads() or gradient slots as scratch, so call it only between steps (after apply); only
+  // rank 0 receives them (the checkpoint writer), the others get empty vectors and hold no global
+  // copy on the host.
   void moments_to_host(std::vector<float>& m, std::vector<float>& v);
 
   // Sums model.grads() (gradient sums, loss sum, weight sum) across ranks: zero_stage 0 one
   // allreduce of the whole buffer; sharded, a reduce-scatter of the blocks (only this rank's
   // block is summed afterwards) and one allreduce of the tail and the two sums. Needs the comm.
+  // zero_stage 2/3: the gradient sums were reduce-scattered during each micro-step's backward; this
+  // sums the loss and weight sums (model.sums(), 2 floats) across ranks.
   void reduce_gradients();
   // model.grads() holds the GLOBAL gradient sums and trailing sums (after reduce_gradients, or
   // the caller's allreduce), at least in this rank's shard. t: 1-based step number for bias
@@ -76,11 +115,14 @@ class AdamW {
   StepStats apply(const config::Config& cfg, double lr, int t);
 
  private:
-  void allocate(const ZeroShard& shard);
+  void allocate(size_t floats);
   void gather_moment(const float* mine, std::vector<float>& out);
+  StepStats apply_units(const config::Config& cfg, double lr, int t);  // zero_stage 2/3
   model::Model& model_;
   comm::Communicator* comm_ = nullptr;
   bool sharded_ = false;
+  int zero_stage_ = 0;
+  std::unique_ptr<ZeroUnits> zero_;
   ZeroShard shard_;
   float* m_ = nullptr;
   float* v_ = nullptr;

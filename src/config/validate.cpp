@@ -113,11 +113,12 @@ void validate_optimiser(const Config& cfg) {
   if (cfg.gradient_clipping_threshold < 0)
     fail("gradient_clipping_threshold",
          "must be >= 0 (0 = off), got " + format_double(cfg.gradient_clipping_threshold));
-  if (cfg.zero_stage != 0 && cfg.zero_stage != 1)
-    fail("zero_stage", "must be 0 or 1, got " + std::to_string(cfg.zero_stage));
-  if (cfg.allreduce_overlap && cfg.zero_stage == 1)
-    fail("allreduce_overlap", "overlaps the zero_stage 0 allreduce only; it cannot be combined with "
-         "zero_stage: 1 (set one of them to its default)");
+  if (cfg.zero_stage < 0 || cfg.zero_stage > 3)
+    fail("zero_stage", "must be 0, 1, 2 or 3, got " + std::to_string(cfg.zero_stage));
+  if (cfg.allreduce_overlap && cfg.zero_stage != 0)
+    fail("allreduce_overlap", "overlaps the zero_stage 0 allreduce only; it cannot be combined with zero_stage: " +
+         std::to_string(cfg.zero_stage) + " (stages 2 and 3 always overlap their reduce-scatters with backward; "
+         "set one of them to its default)");
 }
 
 // Which modules exist is the model's to say (model::lora_spec, at start-up); the ranges are here.

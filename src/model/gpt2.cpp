@@ -49,8 +49,8 @@ struct Gpt2::Acts {
 };
 
 Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
-           const LoraSpec& lora)
-    : Model(d, ops, max_B, T, gpt2_layout(d), remat, bf16_activations, lora) {
+           const LoraSpec& lora, int zero_stage)
+    : Model(d, ops, max_B, T, gpt2_layout(d), remat, bf16_activations, lora, zero_stage) {
   SFTDP_ASSERT(d.C % d.NH == 0, "emb_dim must be divisible by num_heads");
   static const char* const kLayerTensors[12] = {
       "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
@@ -105,11 +105,11 @@ namespace {
 struct LayerParams {
   const float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-// base null (the frozen base's gradients under LoRA): every pointer null.
-LayerParams layer_params(const std::array<size_t, 12>& off, const float* base) {
-  if (!base) return {};
-  return {base + off[0], base + off[1], base + off[2],  base + off[3],  base + off[4],  base + off[5],
-          base + off[6], base + off[7], base + off[8],  base + off[9],  base + off[10], base + off[11]};
+// at(offset): where the tensor at that offset is now (Model::param or base_grad: null under LoRA).
+template <class At>
+LayerParams layer_params(const std::array<size_t, 12>& off, At at) {
+  return {at(off[0]), at(off[1]), at(off[2]), at(off[3]), at(off[4]),  at(off[5]),
+          at(off[6]), at(off[7]), at(off[8]), at(off[9]), at(off[10]), at(off[11])};
 }
 }  // namespace
 
@@ -119,7 +119,7 @@ void Gpt2::block_forward(int l, int B, bool through_output) {
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, N = B * T;
   auto& x = a.layers[l];
   const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-  const auto w = layer_params(layer_offsets_[l], params_);
+  const auto w = layer_params(layer_offsets_[l], [&](size_t o) { return param(o); });
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   o.layernorm_fwd(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
   if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, NC), mirror(kMirrorAct0, x.ln1, x.ln1_16, NC);
@@ -145,25 +145,28 @@ void Gpt2::run_forward(int B) {
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, N = B * T;
-  const float* p = params_;
-  o.encoder_fwd(a.encoded, io_.inputs, io_.pos(), p + wte_, p + wpe_, B, T, C);
-  for (int l = 0; l < d_.L; ++l) block_forward(l, B, /*through_output=*/true);
+  use_embeddings();
+  o.encoder_fwd(a.encoded, io_.inputs, io_.pos(), param(wte_), param(wpe_), B, T, C);
+  for (int l = 0; l < d_.L; ++l) {
+    use_block(l);
+    block_forward(l, B, /*through_output=*/true);
+  }
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
-  o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + lnf_w_, p + lnf_b_, N, C);
+  o.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, last, param(lnf_w_), param(lnf_b_), N, C);
 }
 
 void Gpt2::run_backward(int B) {
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, N = B * T;
-  const float* p = params_;
-  float* g = base_grads();  // null under LoRA: the base is frozen, the kernels skip its gradients
-  // a.scratch_btc (dhidden_) holds d ln_f output; the head's share of dwte is already in g + wte_.
+  // base_grad: null under LoRA (the base is frozen, the kernels skip its gradients).
+  // a.scratch_btc (dhidden_) holds d ln_f output; the head's share of dwte is already in its sums.
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
-  o.layernorm_bwd(a.dresidual, g ? g + lnf_w_ : nullptr, g ? g + lnf_b_ : nullptr, a.scratch_btc, last, p + lnf_w_,
-                  a.lnf_mean, a.lnf_rstd, N, C);
+  o.layernorm_bwd(a.dresidual, base_grad(lnf_w_), base_grad(lnf_b_), a.scratch_btc, last, param(lnf_w_), a.lnf_mean,
+                  a.lnf_rstd, N, C);
   for (int l = d_.L - 1; l >= 0; --l) {
+    use_block(l);
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
     if (x.ln1_16 && bf16_mirrors() && C % 8 == 0 && F % 8 == 0) {
@@ -176,8 +179,8 @@ void Gpt2::run_backward(int B) {
       o.bf16_unpack(x.fch_gelu, x.fch_gelu_16, size_t(N) * F);
     }
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-    const auto w = layer_params(layer_offsets_[l], p);
-    const auto dw = layer_params(layer_offsets_[l], g);
+    const auto w = layer_params(layer_offsets_[l], [&](size_t o) { return param(o); });
+    const auto dw = layer_params(layer_offsets_[l], [&](size_t o) { return base_grad(o); });
     auto mut = [](const float* q) { return const_cast<float*>(q); };
     // a.dresidual = d residual3; the MLP branch
     o.matmul_bwd(a.dbtf_a, mut(dw.fcprojw), mut(dw.fcprojb), a.dresidual, x.fch_gelu, w.fcprojw, N, F, C);
@@ -197,7 +200,7 @@ void Gpt2::run_backward(int B) {
                     x.ln1_mean, x.ln1_rstd, N, C);
     layer_backward_done(l);  // block l's weight gradients are final
   }
-  if (g) o.encoder_bwd(g + wte_, g + wpe_, a.dresidual, io_.inputs, io_.pos(), B, T, C);
+  if (!lora()) o.encoder_bwd(base_grad(wte_), base_grad(wpe_), a.dresidual, io_.inputs, io_.pos(), B, T, C);
 }
 
 }  // namespace sftdp::model

@@ -57,8 +57,8 @@ struct Llama::Acts {
 };
 
 Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
-             const LoraSpec& lora)
-    : Model(d, ops, max_B, T, llama_layout(d), remat, bf16_activations, lora) {
+             const LoraSpec& lora, int zero_stage)
+    : Model(d, ops, max_B, T, llama_layout(d), remat, bf16_activations, lora, zero_stage) {
   SFTDP_ASSERT(d.block == config::Block::kLlama, "Llama model built from GPT-2 dims");
   SFTDP_ASSERT(d.NH % d.kv_heads() == 0 && d.head_size() % 2 == 0, "bad head configuration");
   auto offset = [&](const std::string& name, bool present) {
@@ -134,9 +134,10 @@ namespace {
 struct LayerPtrs {
   float *ln1, *qkvw, *qkvb, *qnorm, *knorm, *proj, *ln2, *fc, *mlpproj;
 };
-// base null (the frozen base's gradients under LoRA): every pointer null.
-LayerPtrs layer_ptrs(const std::array<size_t, kLayerTensors>& off, const float* base) {
-  auto at = [&](int k) { return off[k] == kAbsent || !base ? nullptr : const_cast<float*>(base) + off[k]; };
+// where(offset): where the tensor at that offset is now (Model::param or base_grad: null under LoRA).
+template <class Where>
+LayerPtrs layer_ptrs(const std::array<size_t, kLayerTensors>& off, Where where) {
+  auto at = [&](int k) -> float* { return off[k] == kAbsent ? nullptr : where(off[k]); };
   return {at(kLn1), at(kQkvW), at(kQkvB), at(kQNorm), at(kKNorm), at(kProj), at(kLn2), at(kFc), at(kMlpProj)};
 }
 }  // namespace
@@ -149,7 +150,7 @@ void Llama::block_forward(int l, int B, bool through_output) {
   const float eps = static_cast<float>(d_.norm_eps);
   auto& x = a.layers[l];
   const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-  const auto w = layer_ptrs(layer_offsets_[l], params_);
+  const auto w = layer_ptrs(layer_offsets_[l], [&](size_t o) { return param(o); });
   o.rmsnorm_fwd(x.ln1, x.ln1_rstd, residual, w.ln1, N, C, eps);
   if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, size_t(N) * C), mirror(kMirrorAct0, x.ln1, x.ln1_16, size_t(N) * C);
   if (d_.qk_norm) {
@@ -182,11 +183,14 @@ void Llama::run_forward(int B) {
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, N = B * T;
-  const float* p = params_;
-  o.encoder_fwd(a.encoded, io_.inputs, nullptr, p + wte_, nullptr, B, T, C);
-  for (int l = 0; l < d_.L; ++l) block_forward(l, B, /*through_output=*/true);
+  use_embeddings();
+  o.encoder_fwd(a.encoded, io_.inputs, nullptr, param(wte_), nullptr, B, T, C);
+  for (int l = 0; l < d_.L; ++l) {
+    use_block(l);
+    block_forward(l, B, /*through_output=*/true);
+  }
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
-  o.rmsnorm_fwd(a.lnf, a.lnf_rstd, last, p + lnf_, N, C, static_cast<float>(d_.norm_eps));
+  o.rmsnorm_fwd(a.lnf, a.lnf_rstd, last, param(lnf_), N, C, static_cast<float>(d_.norm_eps));
 }
 
 void Llama::run_backward(int B) {
@@ -194,14 +198,14 @@ void Llama::run_backward(int B) {
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
   const int QKV = d_.qkv_dim(), A = d_.attn_dim(), N = B * T;
-  const float* p = params_;
-  float* g = base_grads();  // null under LoRA: the base is frozen, the kernels skip its gradients
-  // a.scratch_btc (dhidden_) holds d rmsnorm_f output; the head's gradient is already in g + head_
-  // (tied: g + wte_, where the embedding's gradient lands as well).
+  // base_grad: null under LoRA (the base is frozen, the kernels skip its gradients).
+  // a.scratch_btc (dhidden_) holds d rmsnorm_f output; the head's gradient is already in its sums
+  // (tied: wte's, where the embedding's gradient lands as well).
   o.zero(a.dresidual, size_t(N) * C * sizeof(float));
   const float* last = d_.L > 0 ? a.layers[d_.L - 1].residual3 : a.encoded;
-  o.rmsnorm_bwd(a.dresidual, g ? g + lnf_ : nullptr, a.scratch_btc, last, p + lnf_, a.lnf_rstd, N, C);
+  o.rmsnorm_bwd(a.dresidual, base_grad(lnf_), a.scratch_btc, last, param(lnf_), a.lnf_rstd, N, C);
   for (int l = d_.L - 1; l >= 0; --l) {
+    use_block(l);
     if (remat_ && l < d_.L - 1) block_forward(l, B, /*through_output=*/false);  // see the file header
     auto& x = a.layers[l];
     if (x.ln1_16 && bf16_mirrors() && C % 8 == 0 && F % 8 == 0) {  // as GPT-2's (gpt2.cpp)
@@ -212,8 +216,8 @@ void Llama::run_backward(int B) {
       o.bf16_unpack(x.fch_act, x.fch_act_16, size_t(N) * F);
     }
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-    const auto w = layer_ptrs(layer_offsets_[l], p);
-    const auto dw = layer_ptrs(layer_offsets_[l], g);
+    const auto w = layer_ptrs(layer_offsets_[l], [&](size_t o) { return param(o); });
+    const auto dw = layer_ptrs(layer_offsets_[l], [&](size_t o) { return base_grad(o); });
     // a.dresidual = d residual3; the MLP branch
     o.matmul_bwd(a.dact, dw.mlpproj, nullptr, a.dresidual, x.fch_act, w.mlpproj, N, F, C);
     lora_backward(l, LoraSite::kMlpProj, a.dact, a.dresidual, C, x.fch_act, B);
@@ -237,7 +241,7 @@ void Llama::run_backward(int B) {
     o.rmsnorm_bwd(a.dresidual, dw.ln1, a.scratch_btc, residual, w.ln1, x.ln1_rstd, N, C);
     layer_backward_done(l);  // block l's weight gradients are final
   }
-  if (g) o.encoder_bwd(g + wte_, nullptr, a.dresidual, io_.inputs, nullptr, B, T, C);
+  if (!lora()) o.encoder_bwd(base_grad(wte_), nullptr, a.dresidual, io_.inputs, nullptr, B, T, C);
 }
 
 }  // namespace sftdp::model

@@ -30,9 +30,10 @@ ParamLayout param_layout(const config::ModelDims& d) {
 }
 
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat,
-                                  bool bf16_activations, const LoraSpec& lora) {
-  if (d.block == config::Block::kLlama) return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations, lora);
-  return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations, lora);
+                                  bool bf16_activations, const LoraSpec& lora, int zero_stage) {
+  if (d.block == config::Block::kLlama)
+    return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage);
+  return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage);
 }
 
 namespace {
@@ -48,7 +49,7 @@ void* counting_alloc(size_t bytes) {
 }  // namespace
 
 Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
-                    const LoraSpec& lora) {
+                    const LoraSpec& lora, int zero_stage) {
   Ops counting = ops;  // the device's name and kernels, so that the constructors take the same paths
   counting.alloc = counting_alloc;
   counting.free = [](void*) {};
@@ -61,9 +62,11 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
   t_next_address = 0x100000;
   Footprint f;
   {
-    const auto m = make_model(d, counting, max_B, T, remat, bf16_activations, lora);
-    f.params = (m->layout().total + (m->lora() ? m->trainable_layout().total : 0)) * sizeof(float);
-    f.grads = m->grad_buffer_floats() * sizeof(float);
+    const auto m = make_model(d, counting, max_B, T, remat, bf16_activations, lora, zero_stage);
+    // What the model itself holds: at zero_stage 3 no parameters, at 2 and 3 no gradient buffer
+    // (the residency's shards and slots are the optimiser's: optim::zero_units_bytes).
+    f.params = zero_stage >= 3 ? 0 : (m->layout().total + (m->lora() ? m->trainable_layout().total : 0)) * sizeof(float);
+    f.grads = (zero_stage >= 2 ? 2 : m->grad_buffer_floats()) * sizeof(float);
     f.activations = m->activation_bytes();
   }
   f.other = t_counted - f.params - f.grads - f.activations;
@@ -71,7 +74,7 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
 }
 
 Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
-             bool bf16_activations, const LoraSpec& lora)
+             bool bf16_activations, const LoraSpec& lora, int zero_stage)
     : d_(d),
       ops_(ops),
       max_B_(max_B),
@@ -81,20 +84,37 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
       // Not with LoRA dropout: its mask scales x before the adapter's GEMM rounds it, so backward
       // must see the very x forward saw, not x rounded to bf16 (that alone keeps results bitwise).
       bf16_acts_(bf16_activations && !remat && !(lora.enabled() && lora.dropout > 0)),
-      lora_(lora) {
+      lora_(lora),
+      zero_stage_(zero_stage) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
+  SFTDP_ASSERT(zero_stage >= 0 && zero_stage <= 3, "zero_stage must be 0..3");
   // Exact only where the GEMMs round their inputs to bf16 themselves.
   SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
-  params_ = alloc_floats(layout_.total);
-  if (gemm_inputs_bf16(ops_)) {  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
-    params16_ = static_cast<uint16_t*>(ops_.alloc(std::max<size_t>(layout_.total, 1) * sizeof(uint16_t)));
-    owned_.push_back(params16_);
+  if (lora_.enabled()) lora_layout_ = lora_layout(d, lora_);
+  bf16_table_ = gemm_inputs_bf16(ops_);
+  if (zero_stage_ < 3) {  // at 3 the residency holds this rank's shard and the units in use
+    params_ = alloc_floats(layout_.total);
+    if (gemm_inputs_bf16(ops_)) {  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
+      params16_ = static_cast<uint16_t*>(ops_.alloc(std::max<size_t>(layout_.total, 1) * sizeof(uint16_t)));
+      owned_.push_back(params16_);
+    }
+    if (lora_.enabled()) lora_params_ = alloc_floats(lora_layout_.total);
   }
-  if (lora_.enabled()) {
-    lora_layout_ = lora_layout(d, lora_);
-    lora_params_ = alloc_floats(lora_layout_.total);
+  if (zero_stage_ < 2) {
+    grads_ = alloc_floats(grad_buffer_floats());
+    sums_ = grads_ + trainable_layout().total;
+  } else {
+    sums_ = alloc_floats(2);
   }
-  grads_ = alloc_floats(grad_buffer_floats());
+  base_units_ = units_of(layout_, d_.L);
+  if (lora_.enabled()) lora_units_ = units_of(lora_layout_, d_.L);
+  for (size_t u = 0; u < base_units_.size(); ++u)
+    if (base_units_[u].kind == Unit::kBlock) block_base_unit_.push_back(u);
+  for (size_t u = 0; u < trainable_units().size(); ++u)
+    if (trainable_units()[u].kind == Unit::kBlock) block_unit_.push_back(u);
+  SFTDP_ASSERT(block_base_unit_.size() == size_t(d_.L) && block_unit_.size() == size_t(d_.L),
+               "a block without its unit");
+  embed_unit_ = unit_at(base_units_, 0);  // wte is the first tensor of both families
   const size_t N = size_t(max_B) * T;
   io_.inputs = alloc_ints(N);
   io_.segments = alloc_ints(N), io_.positions = alloc_ints(N);
@@ -149,7 +169,7 @@ void Model::lora_forward(int l, LoraSite site, float* out, int ldo, const float*
     const Adapter& ad = adapters_[i];
     const LinearModule& m = *ad.module;
     const float* in = lora_input(ad, x, B);
-    ops_.lora_fwd(out + m.col, ldo, ad.u, in, lora_params_ + ad.a, lora_params_ + ad.b, lora_.scale(), B * T_, m.IC,
+    ops_.lora_fwd(out + m.col, ldo, ad.u, in, trainable(ad.a), trainable(ad.b), lora_.scale(), B * T_, m.IC,
                   lora_.rank, m.OC);
   }
 }
@@ -161,10 +181,10 @@ void Model::lora_backward(int l, LoraSite site, float* dx, const float* dout, in
     const Adapter& ad = adapters_[i];
     const LinearModule& m = *ad.module;
     const float* in = lora_input(ad, x, B);  // the forward's x' again (the same mask)
-    float* dA = grads_ + ad.a;
-    float* dB = grads_ + ad.b;
-    const float* A = lora_params_ + ad.a;
-    const float* Bw = lora_params_ + ad.b;
+    float* dA = trainable_grad(ad.a);
+    float* dB = trainable_grad(ad.b);
+    const float* A = trainable(ad.a);
+    const float* Bw = trainable(ad.b);
     if (in == x) {
       ops_.lora_bwd(dx, dA, dB, lora_du_, dout + m.col, ldo, in, ad.u, A, Bw, lora_.scale(), N, m.IC, lora_.rank, m.OC);
       continue;
@@ -181,43 +201,42 @@ void Model::lora_backward(int l, LoraSite site, float* dx, const float* dout, in
 }
 
 void Model::make_buckets() {
-  // Block l's >= 2-D weights: from its first one's offset to the end (alignment padding included)
-  // of its last one; no other tensor may fall inside (the layout's order guarantees it).
-  const ParamLayout& lay = trainable_layout();
-  const size_t P = lay.total;
-  std::vector<std::pair<size_t, size_t>> layers(d_.L, {SIZE_MAX, 0});
-  for (const auto& t : lay.tensors) {
-    if (!t.decay || t.name.rfind("h.", 0) != 0) continue;
-    const int l = std::stoi(t.name.substr(2));
-    layers[l].first = std::min(layers[l].first, t.offset);
-    layers[l].second = std::max(layers[l].second, t.offset + (t.numel + 15) / 16 * 16);
-  }
-  for (int l = 0; l < d_.L; ++l) {
-    SFTDP_ASSERT(layers[l].first < layers[l].second && (l == 0 || layers[l - 1].second == layers[l].first),
-                 "layer weights are not contiguous in the parameter layout");
-    for (const auto& t : lay.tensors)
-      SFTDP_ASSERT(t.name.rfind("h." + std::to_string(l) + ".", 0) == 0 || t.offset + t.numel <= layers[l].first ||
-                       t.offset >= layers[l].second,
-                   "a tensor outside block " + std::to_string(l) + " lies inside its bucket");
-  }
+  // allreduce_overlap's buckets are the trainable units (units_of), in the order backward finishes
+  // them, the vectors' bucket carrying the loss and weight sums too.
+  const size_t P = trainable_layout().total;
   buckets_.clear();
   head_buckets_ = 0;
   if (d_.L == 0) {
     buckets_.push_back({0, P + 2});
     return;
   }
-  // An untied head's weight follows the last block's weights (the last >= 2-D tensor).
-  size_t rest = layers[d_.L - 1].second;
-  for (const auto& t : lay.tensors)
-    if (t.name == "lm_head.weight") {
-      SFTDP_ASSERT(t.offset == rest, "lm_head.weight does not follow the last block's weights");
-      rest = t.offset + (t.numel + 15) / 16 * 16;
-      buckets_.push_back({t.offset, rest});
-      head_buckets_ = 1;
-    }
-  for (int l = d_.L - 1; l >= 0; --l) buckets_.push_back(layers[l]);
-  if (layers[0].first > 0) buckets_.push_back({0, layers[0].first});
-  buckets_.push_back({rest, P + 2});
+  const auto& units = trainable_units();
+  for (const auto& u : units)
+    if (u.kind == Unit::kHead) buckets_.push_back({u.begin, u.end}), head_buckets_ = 1;
+  for (int l = d_.L - 1; l >= 0; --l) buckets_.push_back({units[block_unit_[l]].begin, units[block_unit_[l]].end});
+  for (const auto& u : units)
+    if (u.kind == Unit::kEmbed) buckets_.push_back({u.begin, u.end});
+  const size_t vectors = units.back().kind == Unit::kVectors ? units.back().begin : P;
+  buckets_.push_back({vectors, P + 2});
+}
+
+void Model::use_embeddings() {
+  if (residency_ && embed_unit_ != SIZE_MAX) residency_->use(UnitSet::kBase, embed_unit_);
+}
+
+void Model::use_block(int l) {
+  if (!residency_) return;
+  residency_->use(UnitSet::kBase, block_base_unit_[l]);
+  if (lora()) residency_->use(UnitSet::kTrainable, block_unit_[l]);
+}
+
+void Model::replay_schedule(bool training) {
+  residency_->begin_pass(training);
+  for (const auto& e : unit_schedule(training)) {
+    if (e.kind == UnitEvent::kUse) residency_->use(e.set, e.unit);
+    else residency_->grads_final(e.unit);
+  }
+  residency_->end_pass();
 }
 
 Model::~Model() {
@@ -282,11 +301,13 @@ int32_t* Model::alloc_ints(size_t n) {
 void Model::set_trainable_from_host(const std::vector<float>& host) {
   if (!lora()) return set_params_from_host(host);
   SFTDP_ASSERT(host.size() == lora_layout_.total, "adapter buffer size mismatch");
+  if (residency_) return residency_->load(UnitSet::kTrainable, host);
   ops_.to_device(lora_params_, host.data(), host.size() * sizeof(float));
 }
 
 std::vector<float> Model::trainable_to_host() const {
   if (!lora()) return params_to_host();
+  if (residency_) return residency_->to_host(UnitSet::kTrainable);
   std::vector<float> h(lora_layout_.total);
   ops_.to_host(h.data(), lora_params_, h.size() * sizeof(float));
   return h;
@@ -294,22 +315,30 @@ std::vector<float> Model::trainable_to_host() const {
 
 void Model::set_params_from_host(const std::vector<float>& host) {
   SFTDP_ASSERT(host.size() == layout_.total, "parameter buffer size mismatch");
+  if (residency_) return residency_->load(UnitSet::kBase, host);
   ops_.to_device(params_, host.data(), host.size() * sizeof(float));
 }
 
 std::vector<float> Model::params_to_host() const {
+  if (residency_) return residency_->to_host(UnitSet::kBase);
   std::vector<float> h(layout_.total);
   ops_.to_host(h.data(), params_, h.size() * sizeof(float));
   return h;
 }
 
 std::vector<float> Model::grads_to_host() const {
+  SFTDP_ASSERT(grads_ != nullptr, "grads_to_host: no gradient buffer at zero_stage 2 and 3");
   std::vector<float> h(grad_buffer_floats());
   ops_.to_host(h.data(), grads_, h.size() * sizeof(float));
   return h;
 }
 
-void Model::zero_grads() { ops_.zero(grads_, grad_buffer_floats() * sizeof(float)); }
+void Model::zero_grads() {
+  if (grads_) return ops_.zero(grads_, grad_buffer_floats() * sizeof(float));
+  ops_.zero(sums_, 2 * sizeof(float));
+  SFTDP_ASSERT(residency_ != nullptr, "zero_stage 2/3: the model has no residency");
+  residency_->zero_grads();
+}
 
 void Model::upload(const data::Batch& b) {
   SFTDP_ASSERT(b.B >= 1 && b.B <= max_B_ && b.T == T_, "micro-batch shape does not fit the model");
@@ -342,7 +371,9 @@ void Model::upload(const data::Batch& b) {
 
 void Model::run_head(float* sums, bool backward, int B) {
   const int C = d_.C, V = d_.V, n = io_.n_active;
-  const float* W = params_ + head_;
+  if (residency_) residency_->use(UnitSet::kBase, head_unit());
+  const float* W = param(head_);
+  float* dW = backward && !lora() ? trainable_grad(head_) : nullptr;  // frozen (LoRA): none
   if (backward) ops_.zero(dhidden_, size_t(B) * T_ * C * sizeof(float));
   for (int r0 = 0; r0 < n; r0 += head_rows_) {
     const int r = std::min(head_rows_, n - r0);
@@ -354,7 +385,7 @@ void Model::run_head(float* sums, bool backward, int B) {
     if (!backward) continue;
     // Tied head: W is wte, and its gradient lands in the embedding's gradient sums as well.
     // Frozen (LoRA): no head weight gradient.
-    ops_.matmul_bwd(head_dx_, lora() ? nullptr : grads_ + head_, nullptr, head_logits_, head_x_, W, r, C, V);
+    ops_.matmul_bwd(head_dx_, dW, nullptr, head_logits_, head_x_, W, r, C, V);
     ops_.scatter_rows(dhidden_, head_dx_, idx, r, C);
   }
 }
@@ -364,31 +395,44 @@ void Model::mirror(int slot, const float* src, const uint16_t* copy, size_t n) c
 }
 
 void Model::begin_pass() {
-  if (!bf16_mirrors()) return;
+  if (!bf16_mirrors() || !params_) return;  // zero_stage 3: the residency packs each unit it gathers
   // The parameters change only between passes (the optimizer, a checkpoint): one copy per pass.
   ops_.bf16_pack(params16_, params_, layout_.total);
   ops_.bf16_mirror(kMirrorParams, params_, params16_, layout_.total);
 }
 
 void Model::end_pass() {
-  if (!params16_) return;
+  if (!bf16_table_) return;
   for (int slot = 0; slot < kMirrorSlots; ++slot) ops_.bf16_mirror(slot, nullptr, nullptr, 0);
 }
 
 void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
   upload(batch);
+  SFTDP_ASSERT(residency_ || zero_stage_ < 2, "zero_stage 2/3: the model has no residency");
   // Buckets reported during the passes: an untied head's, then one per block (layer_backward_done).
   const size_t early = ready && io_.n_active > 0 ? head_buckets_ + d_.L : 0;
-  if (io_.n_active > 0) {  // else no weighted position: the loss, weight and gradient sums += 0
+  if (io_.n_active == 0 && residency_) {
+    replay_schedule(/*training=*/true);  // every rank makes the pass's collectives, with sums of 0
+  } else if (io_.n_active > 0) {  // else no weighted position: the loss, weight and gradient sums += 0
     training_ = true;      // LoRA dropout applies (never in forward(), evaluation)
+    if (residency_) residency_->begin_pass(true);
     begin_pass();
     run_forward(batch.B);
-    run_head(grads_ + trainable_layout().total, /*backward=*/true, batch.B);
-    if (ready && head_buckets_) ready(buckets_[0].first, buckets_[0].second);
+    run_head(sums_, /*backward=*/true, batch.B);
+    if (head_buckets_) {  // an untied head's gradient sums are final
+      if (residency_) residency_->grads_final(head_unit());
+      if (ready) ready(buckets_[0].first, buckets_[0].second);
+    }
     ready_ = &ready;
     run_backward(batch.B);
     ready_ = nullptr;
     end_pass();
+    if (residency_) {  // what backward finishes last: the embeddings' and the vectors' sums
+      const auto& units = trainable_units();
+      for (size_t u = 0; u < units.size(); ++u)
+        if (units[u].kind == Unit::kEmbed || units[u].kind == Unit::kVectors) residency_->grads_final(u);
+      residency_->end_pass();
+    }
     training_ = false;
   }
   if (!ready) return;
@@ -396,13 +440,19 @@ void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
 }
 
 LossSums Model::forward(const data::Batch& batch) {
-  upload(batch);
-  if (io_.n_active == 0) return {0, 0};
+  SFTDP_ASSERT(residency_ || zero_stage_ < 2, "zero_stage 2/3: the model has no residency");
+  if (batch.B > 0) upload(batch);
+  if (batch.B == 0 || io_.n_active == 0) {
+    if (residency_) replay_schedule(/*training=*/false);  // the pass's collectives, no kernels
+    return {0, 0};
+  }
+  if (residency_) residency_->begin_pass(false);
   begin_pass();
   run_forward(batch.B);
   ops_.zero(io_.eval_sums, 2 * sizeof(float));
   run_head(io_.eval_sums, /*backward=*/false, batch.B);
   end_pass();
+  if (residency_) residency_->end_pass();
   float sums[2];
   ops_.to_host(sums, io_.eval_sums, sizeof sums);
   return {sums[0], sums[1]};

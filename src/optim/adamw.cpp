@@ -3,45 +3,65 @@
 // clip, one fused AdamW whose grad_scale folds 1/W and the clip factor (no extra pass over the
 // gradients). Under ZeRO-1 the same update runs on this rank's ZeroShard only (block, then tail),
 // and an all-gather of the parameters follows.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ops.h"
+#include "optim/zero_units.h"
 #include "sftdp/check.h"
 #include "sftdp/optim.h"
 
 namespace sftdp::optim {
 
 AdamW::AdamW(model::Model& model) : model_(model) {
-  allocate(zero_shard(model_.trainable_layout().total, model_.trainable_layout().n_decay, 0, 1));
+  SFTDP_ASSERT(model.zero_stage() < 2, "AdamW without a communicator: zero_stage 0 or 1 only");
+  shard_ = zero_shard(model_.trainable_layout().total, model_.trainable_layout().n_decay, 0, 1);
+  allocate(shard_.owned());
 }
 
 AdamW::AdamW(model::Model& model, comm::Communicator& comm, int zero_stage)
-    : model_(model), comm_(&comm), sharded_(zero_stage == 1 && comm.world() > 1) {
-  SFTDP_ASSERT(zero_stage == 0 || zero_stage == 1, "zero_stage must be 0 or 1");
+    : model_(model), comm_(&comm), sharded_(zero_stage == 1 && comm.world() > 1), zero_stage_(zero_stage) {
+  SFTDP_ASSERT(zero_stage >= 0 && zero_stage <= 3, "zero_stage must be 0..3");
+  SFTDP_ASSERT(model.zero_stage() == (zero_stage >= 2 ? zero_stage : 0),
+               "AdamW: the model was made for another zero_stage");
   const auto& lay = model_.trainable_layout();
-  allocate(sharded_ ? zero_shard(lay.total, lay.n_decay, comm.rank(), comm.world())
-                    : zero_shard(lay.total, lay.n_decay, 0, 1));
+  if (zero_stage >= 2) {
+    zero_ = std::make_unique<ZeroUnits>(model, comm, zero_stage);
+    model.set_residency(zero_.get());
+    allocate(zero_->plan().total);
+    return;
+  }
+  shard_ = sharded_ ? zero_shard(lay.total, lay.n_decay, comm.rank(), comm.world())
+                    : zero_shard(lay.total, lay.n_decay, 0, 1);
+  allocate(shard_.owned());
 }
 
-void AdamW::allocate(const ZeroShard& shard) {
-  shard_ = shard;
+void AdamW::allocate(size_t floats) {
   const Ops& o = model_.ops();
-  const size_t bytes = shard_.owned() * sizeof(float);
+  const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
   m_ = static_cast<float*>(o.alloc(bytes));
   v_ = static_cast<float*>(o.alloc(bytes));
   scratch_ = static_cast<float*>(o.alloc(sizeof(float)));
 }
 
 AdamW::~AdamW() {
+  if (zero_) model_.set_residency(nullptr);
   const Ops& o = model_.ops();
   o.free(m_);
   o.free(v_);
   o.free(scratch_);
 }
 
+size_t AdamW::owned_floats() const { return zero_ ? zero_->plan().total : shard_.owned(); }
+
 void AdamW::set_moments_from_host(const std::vector<float>& m, const std::vector<float>& v) {
   const size_t n = model_.trainable_layout().total;
   SFTDP_ASSERT(m.size() == n && v.size() == n, "moment buffer size mismatch");
+  if (zero_) {
+    zero_->shard_from_host(m_, m);
+    zero_->shard_from_host(v_, v);
+    return;
+  }
   const Ops& o = model_.ops();
   const ZeroShard& s = shard_;
   o.to_device(m_, m.data() + s.begin, s.block * sizeof(float));
@@ -71,12 +91,21 @@ void AdamW::gather_moment(const float* mine, std::vector<float>& out) {
 }
 
 void AdamW::moments_to_host(std::vector<float>& m, std::vector<float>& v) {
+  if (zero_) {
+    m = zero_->shard_to_host(m_);
+    v = zero_->shard_to_host(v_);
+    return;
+  }
   gather_moment(m_, m);
   gather_moment(v_, v);
 }
 
 void AdamW::reduce_gradients() {
   SFTDP_ASSERT(comm_ != nullptr, "AdamW::reduce_gradients needs the communicator constructor");
+  if (zero_) {  // the gradient sums were reduce-scattered during backward
+    comm_->allreduce_sum(model_.sums(), 2);
+    return;
+  }
   float* g = model_.grads();
   if (!sharded_) {  // one allreduce: gradient sums, loss sum and weight sum together
     comm_->allreduce_sum(g, model_.grad_buffer_floats());
@@ -88,6 +117,7 @@ void AdamW::reduce_gradients() {
 }
 
 StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
+  if (zero_) return apply_units(cfg, lr, t);
   const Ops& o = model_.ops();
   const auto& lay = model_.trainable_layout();
   const ZeroShard& sh = shard_;
@@ -133,6 +163,50 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   update(sh.begin, m_, v_, sh.block, sh.decay_block);
   update(sh.tail_begin, m_ + sh.block, v_ + sh.block, sh.tail, sh.decay_tail);
   if (sharded_) comm_->all_gather(model_.trainable_params(), sh.block);
+  return s;
+}
+
+}  // namespace sftdp::optim
+
+namespace sftdp::optim {
+
+// zero_stage 2/3: the same update on this rank's UnitShards shard — the gradient sums' shard (the
+// padding holds zeros and adds nothing to the norm), the master weights, m and v — in one fused call
+// (the decayed units come first), then the masters go back to the model (ZeroUnits::publish).
+StepStats AdamW::apply_units(const config::Config& cfg, double lr, int t) {
+  const Ops& o = model_.ops();
+  float sums[2];
+  o.to_host(sums, model_.sums(), sizeof sums);
+  StepStats s;
+  s.weight_sum = sums[1];
+  if (!(s.weight_sum > 0)) {
+    s.skipped = true;
+    return s;
+  }
+  s.loss = double(sums[0]) / s.weight_sum;
+  const UnitShards& plan = zero_->plan();
+  double sumsq = 0;
+  if (plan.total > 0) {
+    float r = 0;
+    o.sum_squares(scratch_, zero_->grad_sums(), plan.total);
+    o.to_host(&r, scratch_, sizeof r);
+    sumsq = r;
+  }
+  comm_->allreduce_sum_host(&sumsq, 1);
+  s.grad_norm = std::sqrt(sumsq) / s.weight_sum;
+  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
+    s.nonfinite = true;
+    return s;
+  }
+  double clip = 1.0;
+  if (cfg.gradient_clipping_threshold > 0 && s.grad_norm > cfg.gradient_clipping_threshold)
+    clip = cfg.gradient_clipping_threshold / s.grad_norm;
+  const float grad_scale = static_cast<float>(clip / s.weight_sum);
+  if (plan.total > 0)
+    o.adamw_update(zero_->master(), m_, v_, zero_->grad_sums(), plan.total, plan.decayed, static_cast<float>(lr),
+                   static_cast<float>(cfg.adam_b1), static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
+                   static_cast<float>(cfg.adam_weight_decay), t, grad_scale);
+  zero_->publish();
   return s;
 }
 

@@ -19,7 +19,10 @@ EvalResult evaluate(model::Model& model, const data::Dataset& eval, comm::Commun
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t lo = std::min(N, c * chunk + rank * micro_batch);
     const int64_t hi = std::min(N, lo + micro_batch);
-    if (hi <= lo) continue;
+    if (hi <= lo) {  // nothing left for this rank; ZeRO-3 still makes the pass's gathers with the others
+      if (model.zero_stage() >= 3) model.forward(data::Batch{});
+      continue;
+    }
     rows.clear();
     for (int64_t r = lo; r < hi; ++r) rows.push_back(r);
     eval.read_rows(rows, batch);

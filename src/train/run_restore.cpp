@@ -124,30 +124,35 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
 
 void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
                      optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state) {
-  std::vector<float> m, v;
-  if (opt.sharded()) opt.moments_to_host(m, v);  // a collective; rank 0 receives them
+  std::vector<float> m, v, params;
+  if (opt.moments_collective()) opt.moments_to_host(m, v);  // a collective; rank 0 receives them
+  if (model.zero_stage() >= 3) params = model.trainable_to_host();  // likewise
   if (comm.rank() != 0) return;
-  if (!opt.sharded()) opt.moments_to_host(m, v);
+  if (!opt.moments_collective()) opt.moments_to_host(m, v);
+  if (model.zero_stage() < 3) params = model.trainable_to_host();
   state.config_yaml = cfg.to_yaml();
-  const auto path =
-      checkpoint::save(paths.checkpoint_dir, model.trainable_layout(), model.trainable_to_host(), m, v, state);
+  const auto path = checkpoint::save(paths.checkpoint_dir, model.trainable_layout(), params, m, v, state);
   checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
   log::info("checkpoint %s", path.c_str());
 }
 
-void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model) {
+void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
+                   comm::Communicator& comm) {
+  std::vector<float> params;  // ZeRO-3: a collective, rank 0 receives them
+  if (model.zero_stage() >= 3) params = model.lora() ? model.trainable_to_host() : model.params_to_host();
+  if (comm.rank() != 0) return;
+  if (model.zero_stage() < 3) params = model.lora() ? model.trainable_to_host() : model.params_to_host();
   const std::string hf_dir = paths.run_dir + "/hf";
   std::error_code ec;
   fs::remove_all(hf_dir, ec);  // an earlier end of this run; the new final checkpoint supersedes it
   if (ec) throw UserError("hf_export: cannot replace " + hf_dir + ": " + ec.message());
   if (model.lora()) {  // a PEFT adapter directory; sft_export --merge writes the merged model
-    hf::write_peft_adapter(hf_dir, model.dims(), model.lora_spec(), model.trainable_layout(), model.trainable_to_host(),
+    hf::write_peft_adapter(hf_dir, model.dims(), model.lora_spec(), model.trainable_layout(), params,
                            cfg.load_parameters_path, cfg.hf_export_tokenizer);
     log::info("PEFT adapter %s", hf_dir.c_str());
     return;
   }
-  hf::export_hf(hf_dir, model.dims(), model.layout(), model.params_to_host(), cfg.hf_export_tokenizer,
-                cfg.load_parameters_path);
+  hf::export_hf(hf_dir, model.dims(), model.layout(), params, cfg.hf_export_tokenizer, cfg.load_parameters_path);
   log::info("hugging face model %s", hf_dir.c_str());
 }
 

@@ -34,13 +34,15 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
                                optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
                                int64_t steps_per_epoch);
 
-// Called on every rank (ZeRO-1 gathers the moment shards into the global layout first); rank 0
-// writes step_<S>.h5 atomically and prunes to keep_checkpoints.
+// Called on every rank (ZeRO-1/2/3 gather the moment shards, and ZeRO-3 the parameter shards, into
+// the global layout first); rank 0 writes step_<S>.h5 atomically and prunes to keep_checkpoints.
 void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
                      optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state);
 
-// Rank 0 only (hf_export): the current parameters as a Hugging Face GPT-2 directory
-// <run_dir>/hf/ (hf::export_hf, as sft_export writes it), replacing an earlier one.
-void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model);
+// Called on every rank (ZeRO-3 gathers the parameters first); rank 0 writes (hf_export) the current
+// parameters as a Hugging Face directory <run_dir>/hf/ (hf::export_hf, as sft_export writes it), or
+// under LoRA a PEFT adapter directory, replacing an earlier one.
+void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
+                   comm::Communicator& comm);
 
 }  // namespace sftdp::train

@@ -19,6 +19,7 @@
 #include "sftdp/log.h"
 #include "sftdp/optim.h"
 #include "sftdp/train.h"
+#include "optim/zero_units.h"
 #include "train/device.h"
 #include "train/evaluate.h"
 #include "train/memory_plan.h"
@@ -46,6 +47,21 @@ std::string format_eta(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
   return buf;
+}
+
+// zero_stage 2/3: what ZeRO holds on this rank and what it moves per optimizer step (issue 25).
+void log_zero_units(optim::AdamW& opt, const comm::Communicator& comm, int64_t ga) {
+  const optim::ZeroUnits* z = opt.zero_units();
+  if (!z) return;
+  const double mib = sizeof(float) / 1048576.0;
+  const double rs = z->reduce_scatter_floats() * mib;
+  log::info("zero_stage %d: gradient-sum and master shards plus unit slots %.3f MiB on this rank; each micro-step "
+            "reduce-scatters %.3f MiB of gradient sums (x GA %lld = %.3f MiB per step, zero_stage 0 allreduces %.3f "
+            "MiB once); %s",
+            z->stage(), z->bytes() / 1048576.0, rs, (long long)ga, rs * double(ga), rs,
+            z->stage() == 3 ? "parameters all-gathered unit by unit before use in every forward and backward"
+                            : "parameters all-gathered once per step after the update");
+  (void)comm;
 }
 
 }  // namespace
@@ -91,10 +107,11 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   // LoRA (issue 17): adapters on a frozen base; the optimiser, the allreduce and the checkpoints
   // then hold only the adapters (model.trainable_layout()).
   const model::LoraSpec lora = model::lora_spec(cfg, dims);
+  const int zero_stage = static_cast<int>(cfg.zero_stage);
   const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T, cfg.remat,
-                                           dev.gpu && cfg.dtype == "bfloat16", lora);
+                                           dev.gpu && cfg.dtype == "bfloat16", lora, zero_stage >= 2 ? zero_stage : 0);
   model::Model& model = *model_ptr;
-  optim::AdamW opt(model, comm, static_cast<int>(cfg.zero_stage));
+  optim::AdamW opt(model, comm, zero_stage);
   checkpoint::TrainState state =
       restore(cfg, paths, model, opt, comm, plan.global_batch, steps_per_epoch);
 
@@ -115,8 +132,9 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
             (long long)train_data.rows(), (long long)steps_per_epoch,
             (long long)sampler.rows_left_over());
   log::info("optimizer: zero_stage %lld, AdamW moments %.3f MiB on this rank (%zu of %zu floats each of m, v)",
-            (long long)cfg.zero_stage, opt.moment_bytes() / 1048576.0, opt.shard().owned(),
+            (long long)cfg.zero_stage, opt.moment_bytes() / 1048576.0, opt.owned_floats(),
             model.trainable_layout().total);
+  log_zero_units(opt, comm, plan.ga_steps);
   if (model.lora()) {
     std::string modules;
     for (const auto& m : lora.modules) modules += (modules.empty() ? "" : " ") + m;
@@ -223,7 +241,8 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
                 tokens_per_step / dt, dt * 1e3, format_eta(avg * (total_steps - state.step)).c_str());
     }
     const bool last = state.step == total_steps;
-    if (cfg.param_check_period > 0 && comm.world() > 1 &&
+    // zero_stage 3 keeps no replicated parameters to compare: each rank holds its own shard.
+    if (cfg.param_check_period > 0 && comm.world() > 1 && zero_stage < 3 &&
         (state.step % cfg.param_check_period == 0 || last)) {
       if (const int n = ranks_differing_from_rank0(model.trainable_to_host(), comm); n > 0)
         die_internal("sftdp", "parameter check", std::to_string(n) + " rank(s) hold parameters that "
@@ -236,7 +255,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     comm.allreduce_sum_host(&stop, 1);
     const bool periodic = cfg.checkpoint_period > 0 && state.step % cfg.checkpoint_period == 0;
     if (periodic || last || stop > 0) save_checkpoint(cfg, paths, model, opt, comm, state);
-    if (comm.rank() == 0 && last && cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, paths, model); });
+    if (last && cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, paths, model, comm); });
     if (stop > 0 && !last) {
       comm.barrier();
       log::info("stop signal received: checkpoint at step %lld written; resubmit to continue",

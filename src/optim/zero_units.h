@@ -1,0 +1,132 @@
+// src/optim/zero_units.h — ZeRO-2 and ZeRO-3 (zero_stage 2 and 3, issue 25): the model's
+// residency (model::Residency) and the optimiser's shard, over the units of model::units_of and
+// the pieces of optim::UnitShards.
+//
+// Gradient sums (stages 2 and 3): backward writes each trainable unit's sums into a slot of
+// world·piece floats (zeroed when the unit is first touched in the pass); when the model reports the
+// unit final, the slot is reduce-scattered (non-blocking) into the slot's piece buffer while backward
+// goes on, and before the slot is reused (or at the end of the pass) the piece is added into this
+// rank's shard of the gradient sums. So every micro-step reduces its own sums and the shard sums them
+// over the micro-steps; no full-size gradient buffer exists. Slots per class of unit: one for the
+// embeddings or the head (they are never summed at the same time, except the tied embeddings, which
+// are then the only large unit), two for blocks (one summing, one draining), one for the vectors.
+//
+// Parameters: stage 2 keeps the model's full buffers (replicated), and after each update the
+// master shard is all-gathered into them unit by unit. Stage 3 keeps only the shard (the masters;
+// under LoRA also the frozen base's shard): each unit is all-gathered into a parameter slot when the
+// model announces it (use), the next use of the same set prefetched into another slot while the
+// current one computes; slots keep their unit until another needs them, so units used again soon
+// (the last blocks after the head, the vectors, a tied embedding) are not gathered twice. On the
+// bf16-GEMM table each gathered base unit is packed to bf16 once and registered as the GEMMs' copy.
+//
+// Every rank makes the same collectives in the same order: they follow the model's calls, which
+// follow Model::unit_schedule (checked here, call by call), and end_pass waits for all of them
+// under the collective deadline.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "sftdp/comm.h"
+#include "sftdp/model.h"
+#include "sftdp/optim.h"
+
+namespace sftdp::optim {
+
+class ZeroUnits final : public model::Residency {
+ public:
+  ZeroUnits(model::Model& model, comm::Communicator& comm, int stage);
+  ~ZeroUnits() override;
+  ZeroUnits(const ZeroUnits&) = delete;
+  ZeroUnits& operator=(const ZeroUnits&) = delete;
+
+  int stage() const { return stage_; }
+  const UnitShards& plan() const { return train_plan_; }  // the trainable set's
+  float* master() { return master_; }                     // plan().total floats: the fp32 weights
+  float* grad_sums() { return accum_; }                   // plan().total floats: their gradient sums
+  // After the optimiser updated master(): stage 2 all-gathers it into the model's full buffer, unit
+  // by unit; stage 3 drops every gathered unit (the next pass gathers the new values).
+  void publish();
+  // A buffer in the trainable shard's layout (a moment) in the global layout: a collective; rank 0
+  // receives the vector, the others an empty one. And back: every rank passes the global vector.
+  std::vector<float> shard_to_host(const float* shard) { return gather(model::UnitSet::kTrainable, shard); }
+  void shard_from_host(float* shard, const std::vector<float>& global) {
+    scatter(model::UnitSet::kTrainable, shard, global);
+  }
+  // Device bytes held here: the shards and the slots (for the log and the memory plan).
+  size_t bytes() const { return bytes_; }
+  // What one optimizer step moves per rank, in floats: reduce-scatter sends per micro-step and
+  // all-gather receives per pass (stage 3) or per step (stage 2).
+  size_t reduce_scatter_floats() const;
+  size_t gather_floats() const;
+
+  // model::Residency
+  void begin_pass(bool training) override;
+  void use(model::UnitSet set, size_t unit) override;
+  void grads_final(size_t unit) override;
+  void end_pass() override;
+  float* base(size_t offset) override;
+  float* trainable(size_t offset) override;
+  float* grad(size_t offset) override;
+  void zero_grads() override;
+  void load(model::UnitSet set, const std::vector<float>& host) override;
+  std::vector<float> to_host(model::UnitSet set) override;
+
+ private:
+  using Ticket = comm::Communicator::Ticket;
+  enum Class { kLarge, kBlocks, kVectors, kClasses };  // embeddings and head; blocks; vectors
+  static constexpr size_t kNone = SIZE_MAX;
+  struct Slot {
+    float* buf = nullptr;        // world·piece floats of the class's largest unit
+    float* recv = nullptr;       // gradient slots: the reduce-scattered piece
+    uint16_t* buf16 = nullptr;   // stage-3 base slots on the bf16-GEMM table: the GEMMs' copy
+    size_t unit = kNone;         // the unit held, being gathered, summed or drained
+    Ticket ticket = 0;           // a collective on this slot not yet waited for (0: none)
+    bool summing = false;        // gradient slot: the unit's sums of this pass are still coming
+    bool packed = false;         // buf16 holds bf16(buf)
+    uint64_t used = 0;           // last use (LRU)
+  };
+  using Pool = std::vector<Slot>;
+
+  const std::vector<model::Unit>& units(model::UnitSet set) const;
+  const UnitShards& plan_of(model::UnitSet set) const;
+  float* shard_of(model::UnitSet set);
+  model::UnitSet real(model::UnitSet set) const;  // kBase is kTrainable without LoRA
+  static Class class_of(const model::Unit& u);
+  void make_pool(Pool& pool, model::UnitSet set, Class c, int count, bool bf16);
+  void expect(const model::UnitEvent& e);
+  // Parameter slots (stage 3).
+  Slot* resident(model::UnitSet set, size_t unit);
+  Slot* free_slot(model::UnitSet set, size_t unit, size_t keep);  // LRU of the unit's pool, not `keep`
+  Slot& start_gather(model::UnitSet set, size_t unit, size_t keep);  // into a free slot (not `keep`)
+  void ready(Slot& s);       // the gather waited for
+  void prefetch(model::UnitSet set);
+  void drop_gathered();
+  // Gradient slots.
+  Slot& acquire_grad(size_t unit);
+  void drain(Slot& s);       // a finished reduce-scatter added into the shard
+  Slot* summing_slot(size_t unit);
+  std::vector<float> gather(model::UnitSet set, const float* shard);
+  void scatter(model::UnitSet set, float* shard, const std::vector<float>& global);
+  float* full_buffer(model::UnitSet set);  // stage 2: the model's replicated buffer of the set
+
+  model::Model& model_;
+  comm::Communicator& comm_;
+  const Ops& ops_;
+  int stage_;
+  bool lora_;
+  UnitShards train_plan_, base_plan_;  // base_plan_: LoRA's frozen base only
+  float* master_ = nullptr;            // the trainable shard (fp32)
+  float* base_shard_ = nullptr;        // stage 3 under LoRA: the frozen base's shard
+  float* accum_ = nullptr;             // the gradient sums' shard
+  Pool params_[2][kClasses];           // [set][class], stage 3
+  Pool grads_[kClasses];
+  size_t current_[2] = {kNone, kNone};  // the unit each set uses now
+  std::vector<model::UnitEvent> train_schedule_, eval_schedule_;
+  const std::vector<model::UnitEvent>* schedule_ = nullptr;
+  size_t pos_ = 0;
+  uint64_t clock_ = 0;
+  size_t bytes_ = 0;
+  std::vector<void*> owned_;
+};
+
+}  // namespace sftdp::optim
