@@ -410,6 +410,12 @@ struct Footprint {
   size_t params = 0, grads = 0, activations = 0, other = 0;
   size_t total() const { return params + grads + activations + other; }
 };
+// The counting table footprint() builds on: ops's name and kernels, an alloc that only counts (and
+// hands out distinct addresses that nothing touches), copies and fills that do nothing. Making it
+// resets the count; counted_bytes() is what was allocated on it since (per thread). For sizing
+// other objects the same way (the ZeRO shards and slots: train/memory_plan.cpp).
+Ops counting_ops(const Ops& ops);
+size_t counted_bytes();
 Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
                     bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0);
 

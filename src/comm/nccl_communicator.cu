@@ -6,13 +6,19 @@
 // complete: an event polled (with ncclCommGetAsyncError) under the collective deadline
 // (comm/collective.h); on expiry ncclCommAbort, then the job ends naming the ranks that never
 // arrived. allreduce_overlap queues one ncclAllReduce per gradient bucket on stream_ as backward
-// produces it (start_allreduce_sum) and waits once (wait_allreduces). Host helpers come from
-// MpiHostCommunicator (src/comm/mpi_host.h).
+// produces it (start_allreduce_sum) and waits once (wait_allreduces). ZeRO-2/3's out-of-place
+// ncclReduceScatter / ncclAllGather go on the same stream_ the same way, each followed by an event
+// of its ticket (from a small pool): wait(ticket) makes the kernels' stream wait for that event
+// (the host does not block), wait_all() polls one event after them all under the deadline. Host
+// helpers come from MpiHostCommunicator (src/comm/mpi_host.h).
 // The CUDA device must be selected (cuda_select_device) before make_nccl_communicator().
 // The C API is all we use; the deprecated C++ bindings only add warnings under nvcc.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+
+#include <deque>
+#include <vector>
 
 #include "comm/collective.h"
 #include "comm/mpi_host.h"
@@ -45,6 +51,8 @@ class NcclCommunicator final : public MpiHostCommunicator {
     (void)ncclCommDestroy(comm_);
     (void)cudaEventDestroy(kernels_done_);
     (void)cudaEventDestroy(reduced_);
+    for (const Started& s : in_flight_) (void)cudaEventDestroy(s.done);
+    for (cudaEvent_t e : spare_events_) (void)cudaEventDestroy(e);
     (void)cudaStreamDestroy(stream_);
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -68,8 +76,7 @@ class NcclCommunicator final : public MpiHostCommunicator {
   // GPU-CHECK: untested on 2+ GPUs (one rank: NCCL copies).
   void start_allreduce_sum(float* buf, size_t n) override {
     if (n == 0) return;
-    const auto kernels = static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream());
-    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels));
+    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels_stream()));
     CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
     CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
     started_ = true;
@@ -94,15 +101,63 @@ class NcclCommunicator final : public MpiHostCommunicator {
     run("the parameter all-gather",
         [&] { CHECK_NCCL(ncclAllGather(buf + rank_ * block, buf, block, ncclFloat, comm_, stream_)); });
   }
+  // ZeRO-2/3, out of place: queued on stream_ after the kernels queued so far, like
+  // start_allreduce_sum, then an event of the ticket's own (a later collective's event would make
+  // wait() wait longer than asked). stream_ runs in order, so a ticket's event also covers every
+  // earlier ticket. One rank: NCCL copies send to recv, in order with the rest.
+  // GPU-CHECK: untested on a GPU; needs 2+ GPUs to be more than a copy.
+  Ticket start_reduce_scatter_sum(const float* send, float* recv, size_t block) override {
+    assert_out_of_place("start_reduce_scatter_sum", send, world_ * block, recv, block);
+    return start_shard(kShardReduceScatter, block, [&] {
+      CHECK_NCCL(ncclReduceScatter(send, recv, block, ncclFloat, ncclSum, comm_, stream_));
+    });
+  }
+  Ticket start_all_gather(const float* send, float* recv, size_t block) override {
+    assert_out_of_place("start_all_gather", send, block, recv, world_ * block);
+    return start_shard(kShardAllGather, block,
+                       [&] { CHECK_NCCL(ncclAllGather(send, recv, block, ncclFloat, comm_, stream_)); });
+  }
+  // The kernels' stream waits for the newest started collective at or before `ticket`; the host
+  // goes on. cudaStreamWaitEvent takes the event's record as it is at the call, so every event of
+  // the covered tickets may be recorded again by a later start (back to the pool).
+  void wait(Ticket ticket) override {
+    SFTDP_ASSERT(ticket <= last_ticket_, "wait: a ticket that no start_* has returned yet");
+    cudaEvent_t newest = nullptr;
+    while (!in_flight_.empty() && in_flight_.front().ticket <= ticket) {
+      if (newest) spare_events_.push_back(newest);
+      newest = in_flight_.front().done;
+      in_flight_.pop_front();
+    }
+    if (!newest) return;  // already waited for, or only empty blocks (nothing queued)
+    CHECK_CUDA(cudaStreamWaitEvent(kernels_stream(), newest, 0));
+    spare_events_.push_back(newest);
+  }
+  // Polls one event after everything on stream_, as wait_allreduces does, whenever a collective
+  // was started since the last wait_all, even if wait() already covered it: the kernels' stream
+  // waiting is not the host knowing it is done, and the Collective must be made on every rank
+  // alike (it depends only on what was started).
+  void wait_all() override {
+    if (shard_kinds_ == 0) return;
+    detail::Collective c(shard_wait_name(shard_kinds_));
+    shard_kinds_ = 0;
+    CHECK_CUDA(cudaEventRecord(reduced_, stream_));
+    c.wait_until([this] { return collective_done(); }, [this] { (void)ncclCommAbort(comm_); });
+    for (const Started& s : in_flight_) spare_events_.push_back(s.done);
+    in_flight_.clear();
+  }
 
  private:
+  // The stream the Ops tables queue kernels and copies on (both CUDA tables share that one stream):
+  // the buffers' producers and consumers.
+  static cudaStream_t kernels_stream() {
+    return static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream());
+  }
+
   // Queues `launch` (one NCCL collective on stream_) after everything already queued on the
   // kernels' stream (an event, not a device-wide sync) and returns when it is complete.
   template <class Launch>
   void run(const char* what, const Launch& launch) {
-    // The buffers were produced on the kernels' stream (both CUDA tables share that one stream).
-    const auto kernels = static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream());
-    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels));
+    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels_stream()));
     CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
     detail::Collective c(what);
     launch();
@@ -125,11 +180,44 @@ class NcclCommunicator final : public MpiHostCommunicator {
     return false;
   }
 
+  // Gives the next ticket to one ZeRO-2/3 collective: `launch` queues it on stream_ after the
+  // kernels queued so far, then the ticket's event is recorded. An empty block queues nothing:
+  // waiting for its ticket waits for the earlier ones, all the contract asks.
+  template <class Launch>
+  Ticket start_shard(ShardKind kind, size_t block, const Launch& launch) {
+    const Ticket ticket = ++last_ticket_;
+    if (block == 0) return ticket;
+    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels_stream()));
+    CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
+    launch();
+    cudaEvent_t done = nullptr;
+    if (spare_events_.empty()) {
+      CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    } else {
+      done = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    CHECK_CUDA(cudaEventRecord(done, stream_));
+    in_flight_.push_back({ticket, done});
+    shard_kinds_ |= kind;
+    return ticket;
+  }
+
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t kernels_done_ = nullptr;
   cudaEvent_t reduced_ = nullptr;  // recorded on stream_ after each collective
   bool started_ = false;           // overlap sums queued since the last wait_allreduces
+  // ZeRO-2/3: each queued collective's ticket and the event recorded after it, oldest first, until
+  // a wait covers it; then the event goes to spare_events_ (the pool grows to the most in flight).
+  struct Started {
+    Ticket ticket;
+    cudaEvent_t done;
+  };
+  std::deque<Started> in_flight_;
+  std::vector<cudaEvent_t> spare_events_;
+  Ticket last_ticket_ = 0;  // the newest ticket given out (tickets start at 1)
+  unsigned shard_kinds_ = 0;  // ShardKind bits queued since the last wait_all (0: nothing to wait for)
 };
 
 }  // namespace

@@ -4,6 +4,8 @@
 // device), and AllReduce, ReduceScatter, AllGather, Broadcast, Reduce queued on their CUDA stream like
 // kernels. Reductions run in rank order 0, 1, ..., W-1 for every element (reduce-scatter by all-to-all,
 // then all-gather), so all ranks get the same bits whatever MPI's algorithms are, as NCCL promises.
+// Send and receive buffers are either disjoint or in NCCL's in-place arrangement; any other overlap,
+// which NCCL does not check and a GPU turns into silently wrong results, is refused (ncclInvalidArgument).
 // A collective waits with non-blocking MPI and polls for ncclCommAbort; an MPI failure becomes the
 // communicator's asynchronous error (ncclCommGetAsyncError). Group calls queue their collectives at
 // ncclGroupEnd. MPI must be initialised with MPI_THREAD_MULTIPLE: collectives run on stream workers.
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -366,10 +369,20 @@ const char* op_name(ncclRedOp_t op) {
   }
 }
 
-// count: the call's own count argument; root < 0: none.
+// True when [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes != 0 && b_bytes != 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+// count: the call's own count argument; root < 0: none. in_place: send and recv are the call's in-place
+// arrangement (NCCL's documentation: recvbuff == sendbuff for AllReduce, Broadcast and Reduce,
+// recvbuff == sendbuff + rank·recvcount for ReduceScatter, sendbuff == recvbuff + rank·sendcount for
+// AllGather); otherwise the two must not overlap (on a GPU NCCL's kernels would read what they already wrote).
 ncclResult_t collective(const char* call, ncclComm_t handle, cudaStream_t stream_handle, ncclDataType_t t,
                         ncclRedOp_t op, bool reduces, const void* send, size_t send_bytes, const void* recv,
-                        size_t recv_bytes, size_t count, int root, std::function<void(ncclComm&)> body) {
+                        size_t recv_bytes, size_t count, int root, bool in_place,
+                        std::function<void(ncclComm&)> body) {
   const auto comm = find_comm(handle);
   if (!comm) return warn(ncclInvalidArgument, std::string(call) + ": not a live communicator");
   if (comm->aborted) return warn(ncclInvalidUsage, std::string(call) + ": the communicator was aborted");
@@ -379,6 +392,11 @@ ncclResult_t collective(const char* call, ncclComm_t handle, cudaStream_t stream
     return warn(ncclInvalidArgument, std::string(call) + ": invalid reduction " + std::to_string(op));
   if (!buffer_ok(call, "sendbuff", send, send_bytes) || !buffer_ok(call, "recvbuff", recv, recv_bytes))
     return ncclInvalidArgument;
+  if (!in_place && overlap(send, send_bytes, recv, recv_bytes))
+    return warn(ncclInvalidArgument, std::string(call) + ": sendbuff (" + std::to_string(send_bytes) + " bytes at " +
+                                         memory().describe(send) + ") and recvbuff (" + std::to_string(recv_bytes) +
+                                         " bytes at " + memory().describe(recv) +
+                                         ") overlap but are not the in-place arrangement");
   Stream* s = resolve(stream_handle);
   if (!s) return warn(ncclInvalidArgument, std::string(call) + ": invalid CUDA stream");
   if (s->device() != comm->device)
@@ -549,7 +567,7 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t handle, int* device) {
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
   const size_t bytes = count * type_bytes(t);
-  return collective("ncclAllReduce", comm, stream, t, op, true, send, bytes, recv, bytes, count, -1,
+  return collective("ncclAllReduce", comm, stream, t, op, true, send, bytes, recv, bytes, count, -1, send == recv,
                     [=](ncclComm& c) { all_reduce(c, send, recv, count, t, op); });
 }
 
@@ -557,16 +575,18 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
                                ncclComm_t comm, cudaStream_t stream) {
   const auto c = find_comm(comm);
   const size_t W = c ? static_cast<size_t>(c->nranks) : 1, bytes = recvcount * type_bytes(t);
+  const bool in_place = c && recv == static_cast<const char*>(send) + static_cast<size_t>(c->rank) * bytes;
   return collective("ncclReduceScatter", comm, stream, t, op, true, send, bytes * W, recv, bytes, recvcount, -1,
-                    [=](ncclComm& cm) { reduce_scatter(cm, send, recv, recvcount, t, op); });
+                    in_place, [=](ncclComm& cm) { reduce_scatter(cm, send, recv, recvcount, t, op); });
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm,
                            cudaStream_t stream) {
   const auto c = find_comm(comm);
   const size_t W = c ? static_cast<size_t>(c->nranks) : 1, bytes = sendcount * type_bytes(t);
+  const bool in_place = c && send == static_cast<const char*>(recv) + static_cast<size_t>(c->rank) * bytes;
   return collective("ncclAllGather", comm, stream, t, ncclSum, false, send, bytes, recv, bytes * W, sendcount, -1,
-                    [=](ncclComm& cm) { all_gather(cm, send, recv, sendcount, t); });
+                    in_place, [=](ncclComm& cm) { all_gather(cm, send, recv, sendcount, t); });
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
@@ -576,7 +596,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   const size_t bytes = count * type_bytes(t);
   const bool is_root = c && c->rank == root;
   return collective("ncclBroadcast", comm, stream, t, ncclSum, false, send, is_root ? bytes : 0, recv, bytes, count,
-                    root, [=](ncclComm& cm) { broadcast(cm, send, recv, count, t, root); });
+                    root, send == recv, [=](ncclComm& cm) { broadcast(cm, send, recv, count, t, root); });
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t stream) {
@@ -590,7 +610,7 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
   const size_t bytes = count * type_bytes(t);
   const bool is_root = c && c->rank == root;
   return collective("ncclReduce", comm, stream, t, op, true, send, bytes, recv, is_root ? bytes : 0, count, root,
-                    [=](ncclComm& cm) { reduce(cm, send, recv, count, t, op, root); });
+                    send == recv, [=](ncclComm& cm) { reduce(cm, send, recv, count, t, op, root); });
 }
 
 ncclResult_t ncclGroupStart() {

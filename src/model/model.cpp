@@ -48,8 +48,7 @@ void* counting_alloc(size_t bytes) {
 }
 }  // namespace
 
-Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
-                    const LoraSpec& lora, int zero_stage) {
+Ops counting_ops(const Ops& ops) {
   Ops counting = ops;  // the device's name and kernels, so that the constructors take the same paths
   counting.alloc = counting_alloc;
   counting.free = [](void*) {};
@@ -60,6 +59,14 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
   counting.synchronize = [] {};
   t_counted = 0;
   t_next_address = 0x100000;
+  return counting;
+}
+
+size_t counted_bytes() { return t_counted; }
+
+Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
+                    const LoraSpec& lora, int zero_stage) {
+  const Ops counting = counting_ops(ops);
   Footprint f;
   {
     const auto m = make_model(d, counting, max_B, T, remat, bf16_activations, lora, zero_stage);

@@ -26,24 +26,21 @@ ZeroUnits::ZeroUnits(model::Model& model, comm::Communicator& comm, int stage)
   const int W = comm.world(), r = comm.rank();
   train_plan_ = unit_shards(model.trainable_units(), model.trainable_layout().n_decay, r, W);
   if (lora_) base_plan_ = unit_shards(model.base_units(), model.layout().n_decay, r, W);
-  auto alloc = [&](size_t bytes) {
-    void* p = ops_.alloc(std::max<size_t>(bytes, 1));
-    owned_.push_back(p);
-    bytes_ += bytes;
-    return p;
-  };
-  master_ = static_cast<float*>(alloc(train_plan_.total * sizeof(float)));
-  accum_ = static_cast<float*>(alloc(train_plan_.total * sizeof(float)));
-  if (stage == 3 && lora_) base_shard_ = static_cast<float*>(alloc(base_plan_.total * sizeof(float)));
+  master_ = static_cast<float*>(alloc(train_plan_.total * sizeof(float), bytes_.master));
+  accum_ = static_cast<float*>(alloc(train_plan_.total * sizeof(float), bytes_.grad_shard));
+  if (stage == 3 && lora_) base_shard_ = static_cast<float*>(alloc(base_plan_.total * sizeof(float), bytes_.base_shard));
   // Gradient slots over the trainable units; parameter slots (stage 3) over both sets. Blocks get
   // two (one in use or summing while the other is gathered or drained), the other classes one.
   for (int c = 0; c < kClasses; ++c) {
     const int count = c == kBlocks ? 2 : 1;
-    make_pool(grads_[c], UnitSet::kTrainable, Class(c), count, /*bf16=*/false);
+    make_pool(grads_[c], UnitSet::kTrainable, Class(c), count, /*bf16=*/false, bytes_.grad_slots);
     if (stage != 3) continue;
     // The base parameters (without LoRA: the one set) get the GEMMs' bf16 copies; the adapters not.
-    make_pool(params_[index_of(real(UnitSet::kBase))][c], UnitSet::kBase, Class(c), count, model.bf16_mirrors());
-    if (lora_) make_pool(params_[index_of(UnitSet::kTrainable)][c], UnitSet::kTrainable, Class(c), count, false);
+    make_pool(params_[index_of(real(UnitSet::kBase))][c], UnitSet::kBase, Class(c), count, model.bf16_mirrors(),
+              bytes_.param_slots);
+    if (lora_)
+      make_pool(params_[index_of(UnitSet::kTrainable)][c], UnitSet::kTrainable, Class(c), count, false,
+                bytes_.param_slots);
   }
   // The pieces the reduce-scatters land in: one per gradient slot, of its class's largest piece.
   for (int c = 0; c < kClasses; ++c) {
@@ -51,7 +48,7 @@ ZeroUnits::ZeroUnits(model::Model& model, comm::Communicator& comm, int stage)
     const auto& us = model.trainable_units();
     for (size_t u = 0; u < us.size(); ++u)
       if (class_of(us[u]) == c) piece = std::max(piece, train_plan_.units[u].piece);
-    for (auto& s : grads_[c]) s.recv = static_cast<float*>(alloc(piece * sizeof(float)));
+    for (auto& s : grads_[c]) s.recv = static_cast<float*>(alloc(piece * sizeof(float), bytes_.grad_slots));
   }
   train_schedule_ = model.unit_schedule(true);
   eval_schedule_ = model.unit_schedule(false);
@@ -85,7 +82,14 @@ float* ZeroUnits::full_buffer(UnitSet set) {
   return real(set) == UnitSet::kBase ? model_.params() : model_.trainable_params();
 }
 
-void ZeroUnits::make_pool(Pool& pool, UnitSet set, Class c, int count, bool bf16) {
+void* ZeroUnits::alloc(size_t bytes, size_t& counted) {
+  void* p = ops_.alloc(std::max<size_t>(bytes, 1));
+  owned_.push_back(p);
+  counted += bytes;
+  return p;
+}
+
+void ZeroUnits::make_pool(Pool& pool, UnitSet set, Class c, int count, bool bf16, size_t& counted) {
   size_t piece = 0;
   const auto& us = units(set);
   const auto& plan = plan_of(set);
@@ -95,14 +99,8 @@ void ZeroUnits::make_pool(Pool& pool, UnitSet set, Class c, int count, bool bf16
   const size_t floats = piece * static_cast<size_t>(comm_.world());
   pool.resize(count);
   for (auto& s : pool) {
-    s.buf = static_cast<float*>(ops_.alloc(floats * sizeof(float)));
-    owned_.push_back(s.buf);
-    bytes_ += floats * sizeof(float);
-    if (bf16) {
-      s.buf16 = static_cast<uint16_t*>(ops_.alloc(floats * sizeof(uint16_t)));
-      owned_.push_back(s.buf16);
-      bytes_ += floats * sizeof(uint16_t);
-    }
+    s.buf = static_cast<float*>(alloc(floats * sizeof(float), counted));
+    if (bf16) s.buf16 = static_cast<uint16_t*>(alloc(floats * sizeof(uint16_t), counted));
   }
 }
 

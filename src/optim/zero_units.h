@@ -52,8 +52,15 @@ class ZeroUnits final : public model::Residency {
   void shard_from_host(float* shard, const std::vector<float>& global) {
     scatter(model::UnitSet::kTrainable, shard, global);
   }
-  // Device bytes held here: the shards and the slots (for the log and the memory plan).
-  size_t bytes() const { return bytes_; }
+  // Device bytes held here, by what they hold (the log and the memory plan, which builds this on a
+  // counting table: train/memory_plan.cpp): the master shard and (stage 3, LoRA) the frozen base's
+  // shard, the gradient sums' shard, the gradient slots with their pieces, the parameter slots (stage
+  // 3) with their bf16 copies.
+  struct Bytes {
+    size_t master = 0, base_shard = 0, grad_shard = 0, grad_slots = 0, param_slots = 0;
+    size_t total() const { return master + base_shard + grad_shard + grad_slots + param_slots; }
+  };
+  const Bytes& bytes() const { return bytes_; }
   // What one optimizer step moves per rank, in floats: reduce-scatter sends per micro-step and
   // all-gather receives per pass (stage 3) or per step (stage 2).
   size_t reduce_scatter_floats() const;
@@ -92,7 +99,8 @@ class ZeroUnits final : public model::Residency {
   float* shard_of(model::UnitSet set);
   model::UnitSet real(model::UnitSet set) const;  // kBase is kTrainable without LoRA
   static Class class_of(const model::Unit& u);
-  void make_pool(Pool& pool, model::UnitSet set, Class c, int count, bool bf16);
+  void make_pool(Pool& pool, model::UnitSet set, Class c, int count, bool bf16, size_t& counted);
+  void* alloc(size_t bytes, size_t& counted);
   void expect(const model::UnitEvent& e);
   // Parameter slots (stage 3).
   Slot* resident(model::UnitSet set, size_t unit);
@@ -125,7 +133,7 @@ class ZeroUnits final : public model::Residency {
   const std::vector<model::UnitEvent>* schedule_ = nullptr;
   size_t pos_ = 0;
   uint64_t clock_ = 0;
-  size_t bytes_ = 0;
+  Bytes bytes_;
   std::vector<void*> owned_;
 };
 

@@ -58,7 +58,7 @@ void log_zero_units(optim::AdamW& opt, const comm::Communicator& comm, int64_t g
   log::info("zero_stage %d: gradient-sum and master shards plus unit slots %.3f MiB on this rank; each micro-step "
             "reduce-scatters %.3f MiB of gradient sums (x GA %lld = %.3f MiB per step, zero_stage 0 allreduces %.3f "
             "MiB once); %s",
-            z->stage(), z->bytes() / 1048576.0, rs, (long long)ga, rs * double(ga), rs,
+            z->stage(), z->bytes().total() / 1048576.0, rs, (long long)ga, rs * double(ga), rs,
             z->stage() == 3 ? "parameters all-gathered unit by unit before use in every forward and backward"
                             : "parameters all-gathered once per step after the update");
   (void)comm;
