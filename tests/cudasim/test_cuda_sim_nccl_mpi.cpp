@@ -5,8 +5,12 @@
 // Collectives are ordered on their stream like kernels: one queued on a second stream without a
 // cudaStreamWaitEvent reads the data before the producing kernel ran (a wrong result, every time),
 // with the wait it reads the data after. Refusals as NCCL gives them: two ranks on one GPU
-// ("Duplicate GPU detected"), host buffers, a wrong rank count; ncclCommAbort ends a collective
-// that a peer never joins.
+// ("Duplicate GPU detected"), host buffers, a wrong rank count, send and receive buffers that overlap
+// other than in place; ncclCommAbort ends a collective that a peer never joins.
+// The NCCL communicator's ZeRO-2/3 collectives (src/comm/nccl_communicator.cu): started in a row with
+// tickets 1, 2, 3, ..., complete by ticket for the kernels' stream (wait) and for the host (wait_all),
+// equal to the blocking forms; they reduce what the kernels' stream wrote before the start, and an op
+// queued on the kernels' stream after wait(t) sees t's result (without the wait it reads stale data).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -22,6 +26,8 @@
 
 #include "common/test_util.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/ops.h"
+#include "sftdp/comm.h"
 
 // Four simulated GPUs on this host, one per rank, before anything asks the runtime.
 static const bool kDevices = (setenv("SFTDP_SIM_DEVICES", "4", 0), true);
@@ -233,6 +239,23 @@ TEST_F(SimNccl, CollectiveOnASecondStreamNeedsTheEventWait) {
   cudaStreamDestroy(comm_stream);
 }
 
+TEST_F(SimNccl, BuffersOverlappingOtherThanInPlaceAreRefused) {
+  const size_t block = 4, W = static_cast<size_t>(world()), r = static_cast<size_t>(rank());
+  float* buf = device_from(std::vector<float>(block * (W + 1), 1.f));
+  // One float past the in-place position (recv at send + r·block, send at recv + r·block): refused on every
+  // rank, so no rank queues a collective the others do not.
+  EXPECT_EQ(ncclReduceScatter(buf, buf + r * block + 1, block, ncclFloat, ncclSum, comm_, stream_),
+            ncclInvalidArgument);
+  EXPECT_REPORT("nccl", "ncclReduceScatter: sendbuff", "overlap but are not the in-place arrangement");
+  EXPECT_EQ(ncclAllGather(buf + r * block + 1, buf, block, ncclFloat, comm_, stream_), ncclInvalidArgument);
+  EXPECT_REPORT("nccl", "ncclAllGather: sendbuff", "overlap");
+  EXPECT_EQ(ncclAllReduce(buf, buf + 1, block, ncclFloat, ncclSum, comm_, stream_), ncclInvalidArgument);
+  EXPECT_REPORT("nccl", "ncclAllReduce: sendbuff", "overlap");
+  // Adjacent is not overlapping.
+  ASSERT_EQ(ncclAllReduce(buf, buf + block, block, ncclFloat, ncclSum, comm_, stream_), ncclSuccess);
+  EXPECT_EQ(host(buf + block, block), std::vector<float>(block, static_cast<float>(W)));
+}
+
 TEST_F(SimNccl, HostBuffersAreRejected) {
   std::vector<float> on_host(8);
   EXPECT_EQ(ncclAllReduce(on_host.data(), on_host.data(), 8, ncclFloat, ncclSum, comm_, stream_), ncclInvalidArgument);
@@ -259,6 +282,182 @@ TEST_F(SimNccl, AbortEndsACollectiveAPeerNeverJoins) {
     comm_ = nullptr;
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The NCCL communicator on this rank's simulated GPU; its collectives are ordered after the kernels' stream
+// of the CUDA Ops tables, as the trainer's are.
+class SimNcclCommunicator : public SimTest {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(cudaSetDevice(rank() % 4), cudaSuccess);
+    SimTest::SetUp();
+    ops_ = cuda_ops(GemmInputs::kFp32);
+    ASSERT_NE(ops_, nullptr);
+    comm_ = comm::make_nccl_communicator();
+  }
+  void TearDown() override {
+    comm_.reset();
+    SimTest::TearDown();
+  }
+  cudaStream_t kernels() const { return static_cast<cudaStream_t>(ops_->stream()); }
+  // n floats at p as an op queued on the kernels' stream now sees them.
+  std::vector<float> seen_by_kernels(const float* p, size_t n) {
+    std::vector<float> h(n);
+    ops_->to_host(h.data(), p, n * sizeof(float));
+    return h;
+  }
+  const Ops* ops_ = nullptr;
+  std::unique_ptr<comm::Communicator> comm_;
+};
+
+// Small integers: every partial sum is exact in fp32 (as in tests/comm/test_shard_collectives_mpi.cpp).
+float value(int r, size_t i) { return static_cast<float>((r + 1) * 1000 + static_cast<int>(i % 997)); }
+std::vector<float> values(int r, size_t begin, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = value(r, begin + i);
+  return v;
+}
+// The sum over ranks of rank r's block of the values.
+std::vector<float> summed_block(int r, size_t block) {
+  std::vector<float> v(block);
+  for (size_t i = 0; i < block; ++i) {
+    double acc = 0;
+    for (int q = 0; q < world(); ++q) acc += value(q, static_cast<size_t>(r) * block + i);
+    v[i] = static_cast<float>(acc);
+  }
+  return v;
+}
+// Every rank's block of the values, rank q's at q·block (what each rank all-gathers).
+std::vector<float> gathered_blocks(size_t block) {
+  std::vector<float> v;
+  for (int q = 0; q < world(); ++q) {
+    const auto part = values(q, static_cast<size_t>(q) * block, block);
+    v.insert(v.end(), part.begin(), part.end());
+  }
+  return v;
+}
+
+TEST_F(SimNcclCommunicator, StartedInARowTheyCompleteByTicketAndMatchTheBlockingOnes) {
+  const size_t W = static_cast<size_t>(world());
+  const int r = rank();
+  struct Started {
+    size_t block;
+    float *rs_send, *rs_recv, *ag_send, *ag_recv;
+    comm::Communicator::Ticket rs_ticket = 0, ag_ticket = 0;
+  };
+  std::vector<Started> all;
+  for (size_t block : {size_t(1), size_t(5), size_t(4099)})
+    all.push_back({block, device_from(values(r, 0, W * block)), device_from(std::vector<float>(block, -1.f)),
+                   device_from(values(r, static_cast<size_t>(r) * block, block)),
+                   device_from(std::vector<float>(W * block, -1.f))});
+  comm::Communicator::Ticket expected = 0;
+  for (Started& s : all) {  // every start before any wait
+    s.rs_ticket = comm_->start_reduce_scatter_sum(s.rs_send, s.rs_recv, s.block);
+    s.ag_ticket = comm_->start_all_gather(s.ag_send, s.ag_recv, s.block);
+    EXPECT_EQ(s.rs_ticket, ++expected);
+    EXPECT_EQ(s.ag_ticket, ++expected);
+  }
+  // Ticket 3 (the reduce-scatter of block 5): the kernels' stream sees it and tickets 1 and 2.
+  comm_->wait(all[1].rs_ticket);
+  EXPECT_EQ(seen_by_kernels(all[0].rs_recv, 1), summed_block(r, 1));
+  EXPECT_EQ(seen_by_kernels(all[0].ag_recv, W), gathered_blocks(1));
+  EXPECT_EQ(seen_by_kernels(all[1].rs_recv, 5), summed_block(r, 5));
+  comm_->wait(all[0].ag_ticket);  // already waited for: nothing to do
+  comm_->wait_all();              // the host: every one is complete
+  for (const Started& s : all) {
+    EXPECT_EQ(host(s.rs_recv, s.block), summed_block(r, s.block)) << s.block;
+    EXPECT_EQ(host(s.ag_recv, W * s.block), gathered_blocks(s.block)) << s.block;
+  }
+  comm_->wait(all[2].ag_ticket);  // after wait_all, every ticket is complete
+  comm_->wait_all();              // nothing started since: a no-op
+
+  // The same bits as the blocking, in-place forms, also on values whose sum depends on the order.
+  const size_t block = 1001;
+  const auto mine = order_sensitive(W * block, r);
+  float* send = device_from(mine);
+  float* recv = device<float>(block);
+  const auto t = comm_->start_reduce_scatter_sum(send, recv, block);
+  EXPECT_EQ(t, expected + 1);
+  comm_->wait(t);
+  const auto started = seen_by_kernels(recv, block);
+  float* buf = device_from(mine);
+  comm_->reduce_scatter_sum(buf, block);
+  EXPECT_TRUE(bitwise_equal(started, host(buf + static_cast<size_t>(r) * block, block)));
+  // The all-gather of rank q's block of those values, against the blocking form in place.
+  float* gathered = device<float>(W * block);
+  comm_->start_all_gather(send + static_cast<size_t>(r) * block, gathered, block);
+  float* whole = device_from(mine);  // this rank's block in place; the others are overwritten
+  comm_->all_gather(whole, block);
+  comm_->wait_all();
+  EXPECT_TRUE(bitwise_equal(host(gathered, W * block), host(whole, W * block)));
+  // An empty block gets a ticket; waiting for it waits for the ones before.
+  float* none = device<float>(1);
+  const auto empty = comm_->start_all_gather(none, none + 1, 0);
+  EXPECT_EQ(empty, t + 2);  // t + 1: the all-gather
+  comm_->wait(empty);
+  comm_->wait_all();
+}
+
+// The two orderings the contract promises, each shown to matter: the simulator runs queued work as late as
+// CUDA allows, so a missing event wait reads the data from before (never by luck the data after).
+TEST_F(SimNcclCommunicator, TheyOrderAfterTheKernelsBeforeAStartAndBeforeTheKernelsAfterAWait) {
+  const size_t n = 64, W = static_cast<size_t>(world());
+  const int r = rank();
+  const float sum_of_ranks = static_cast<float>(world() * (world() + 1) / 2);  // sum over q of q + 1
+  // Every buffer before anything starts.
+  float* rs_send = device_from(std::vector<float>(W * n, 0.f));
+  float* rs_recv = device_from(std::vector<float>(n, -1.f));
+  float* ag_send = device_from(std::vector<float>(n, 0.f));
+  float* ag_recv = device_from(std::vector<float>(W * n, -1.f));
+  float* send = device_from(values(r, 0, W * n));
+  float* waited = device_from(std::vector<float>(n, -1.f));
+  float* not_waited = device_from(std::vector<float>(n, -1.f));
+  float* copy = device_from(std::vector<float>(n, -2.f));
+  float* copy_too_early = device_from(std::vector<float>(n, -2.f));
+
+  // 1. What a kernel queued before start_* on the kernels' stream wrote is what gets reduced and gathered
+  // (the host waits with wait_all, which runs the communicator's stream first).
+  SFTDP_LAUNCH(fill_kernel, 4, 64, 0, kernels(), rs_send, static_cast<float>(r + 1), static_cast<int>(W * n));
+  SFTDP_LAUNCH(fill_kernel, 1, 64, 0, kernels(), ag_send, static_cast<float>(r + 1), static_cast<int>(n));
+  comm_->start_reduce_scatter_sum(rs_send, rs_recv, n);
+  comm_->start_all_gather(ag_send, ag_recv, n);
+  comm_->wait_all();
+  EXPECT_EQ(host(rs_recv, n), std::vector<float>(n, sum_of_ranks));
+  std::vector<float> ranks;
+  for (int q = 0; q < world(); ++q) ranks.insert(ranks.end(), n, static_cast<float>(q + 1));
+  EXPECT_EQ(host(ag_recv, W * n), ranks);
+
+  // 2. A copy queued on the kernels' stream after wait(t) sees t's result ...
+  const auto t = comm_->start_reduce_scatter_sum(send, waited, n);
+  comm_->wait(t);
+  ops_->copy(copy, waited, n * sizeof(float));
+  EXPECT_EQ(seen_by_kernels(copy, n), summed_block(r, n));
+  // ... and without the wait it reads recv from before the collective (the contract's violation, on purpose).
+  comm_->start_reduce_scatter_sum(send, not_waited, n);
+  ops_->copy(copy_too_early, not_waited, n * sizeof(float));
+  EXPECT_EQ(seen_by_kernels(copy_too_early, n), std::vector<float>(n, -1.f));
+  comm_->wait_all();
+  EXPECT_EQ(host(not_waited, n), summed_block(r, n));
+}
+
+// A ZeRO-2 pass with allreduce_overlap's sums and a blocking collective in between: all share the
+// communicator's stream, in the order started, the same on every rank.
+TEST_F(SimNcclCommunicator, StartedOnesInterleaveWithTheOverlapSumsAndBlockingOnes) {
+  const size_t block = 257, W = static_cast<size_t>(world());
+  const int r = rank();
+  float* send = device_from(values(r, 0, W * block));
+  float* recv = device_from(std::vector<float>(block, -1.f));
+  float* sum = device_from(std::vector<float>(100, 1.f));
+  float* blocking = device_from(std::vector<float>(10, 2.f));
+  comm_->start_allreduce_sum(sum, 100);
+  const auto t = comm_->start_reduce_scatter_sum(send, recv, block);
+  comm_->allreduce_sum(blocking, 10);
+  comm_->wait_allreduces();
+  comm_->wait(t);
+  EXPECT_EQ(seen_by_kernels(recv, block), summed_block(r, block));
+  EXPECT_EQ(host(sum, 100), std::vector<float>(100, static_cast<float>(W)));
+  EXPECT_EQ(host(blocking, 10), std::vector<float>(10, 2.f * static_cast<float>(W)));
+  comm_->wait_all();
 }
 
 TEST(SimNcclInit, TwoRanksOnOneGpuAreRefusedOnEveryRank) {

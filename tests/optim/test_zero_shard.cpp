@@ -6,6 +6,9 @@
 
 #include <vector>
 
+#include <algorithm>
+
+#include "sftdp/model.h"
 #include "sftdp/optim.h"
 
 using sftdp::optim::zero_shard;
@@ -67,4 +70,32 @@ TEST(ZeroShard, HandWorkedExamples) {
   EXPECT_EQ(s.tail_begin, 0u);
   EXPECT_EQ(s.tail, 3u);
   EXPECT_EQ(s.decay_tail, 3u);
+}
+
+// ZeRO-2/3's pieces (optim::unit_shards): every rank's pieces of a unit cover it exactly once in rank
+// order, all pieces of a unit have one size (ceil(n / world): the collectives' equal blocks), the
+// shard's offsets are the same on every rank, and the decayed units' pieces lead the shard.
+TEST(UnitShards, PiecesCoverEachUnitOnceAndTheDecayedUnitsLead) {
+  using sftdp::model::Unit;
+  const std::vector<Unit> units = {{Unit::kEmbed, -1, 0, 37},   {Unit::kBlock, 0, 37, 101},
+                                   {Unit::kBlock, 1, 101, 102}, {Unit::kHead, -1, 102, 150},
+                                   {Unit::kVectors, -1, 150, 163}};
+  for (int world : {1, 2, 3, 4, 7, 64}) {
+    std::vector<int> owners(163, 0);
+    const auto s0 = sftdp::optim::unit_shards(units, 150, 0, world);
+    for (int r = 0; r < world; ++r) {
+      const auto s = sftdp::optim::unit_shards(units, 150, r, world);
+      ASSERT_EQ(s.total, s0.total);
+      ASSERT_EQ(s.decayed, s0.total - s0.units.back().piece) << "the vectors' piece is the shard's last";
+      for (size_t u = 0; u < units.size(); ++u) {
+        const auto& p = s.units[u];
+        EXPECT_EQ(p.piece, (units[u].size() + world - 1) / world);
+        EXPECT_EQ(p.offset, s0.units[u].offset);
+        EXPECT_EQ(p.held, s.held_by(u, r));
+        EXPECT_EQ(s.piece_begin(u, r), units[u].begin + std::min(units[u].size(), r * p.piece));
+        for (size_t i = 0; i < p.held; ++i) ++owners[s.piece_begin(u, r) + i];
+      }
+    }
+    for (size_t i = 0; i < owners.size(); ++i) ASSERT_EQ(owners[i], 1) << "element " << i << ", world " << world;
+  }
 }

@@ -1,0 +1,274 @@
+// tests/optim/test_zero23_mpi.cpp — under mpiexec: ZeRO-2 and ZeRO-3 (zero_stage 2 and 3, SPEC §1)
+// are the zero_stage 0 optimisation. On every world size CTest runs (2 and 4) and GA 1 and 2:
+// - the gradient sums each rank holds in its shard after step 1's micro-steps, gathered into the global
+//   layout, equal the float64 PyTorch reference's gradient of the loss sum over the whole global batch
+//   (tests/model/reference_gpt2.py) to 1e-4 per tensor, and the loss and weight sums equal its sums;
+// - four steps with clipping on a GPT-2, a Llama-family model (GQA, q/k norm, untied head) and LoRA
+//   adapters with dropout on that Llama: the loss and gradient norm of zero_stage 0 to 1e-6, the
+//   parameters and both moments to 1e-6 after step 1 and 1e-5 after step 4; the frozen base of the
+//   LoRA run bitwise unchanged;
+// - a rank whose micro-batch has no weighted token still makes every collective (the schedule is
+//   replayed without kernels) and the step equals zero_stage 0's;
+// - two runs of the same stage are bitwise equal; global moments and parameters split into shards
+//   and gathered back bit for bit; the shard is 1/world of the parameters plus padding.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common/test_util.h"
+#include "kernels/ops.h"
+#include "model/model_fixtures.h"
+#include "optim/zero_units.h"
+#include "sftdp/checkpoint.h"
+#include "sftdp/comm.h"
+#include "sftdp/model.h"
+#include "sftdp/optim.h"
+
+using namespace sftdp;
+
+namespace {
+
+constexpr int kB = 2, kT = 8;
+
+config::ModelDims llama_dims() {
+  auto d = test::tiny_llama_dims();
+  d.qk_norm = true, d.tied = false;
+  return d;
+}
+
+model::LoraSpec lora_on(const config::ModelDims& d) {
+  model::LoraSpec s;
+  s.rank = 4, s.alpha = 8, s.dropout = 0.1, s.seed = 3;
+  for (const auto& m : model::linear_modules(d)) s.modules.push_back(m.name);
+  return s;
+}
+
+// rows_of_rank with the row ids LoRA's dropout keys on (row index in the "training data").
+data::Batch rows(int rank, int micro, int V) {
+  auto b = test::rows_of_rank(rank, micro, kB, kT, V);
+  for (int r = 0; r < kB; ++r) b.row_ids.push_back(int64_t(micro) * 1000 + rank * kB + r);
+  return b;
+}
+
+// max |a − b| / max |b|
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, s = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::fabs(double(a[i]) - b[i]));
+    s = std::max(s, std::fabs(double(b[i])));
+  }
+  return d / std::max(s, 1e-30);
+}
+
+// One model and its optimiser at a ZeRO stage, seeded identically on every rank and stage.
+struct Trained {
+  std::unique_ptr<model::Model> m;
+  std::unique_ptr<optim::AdamW> opt;
+  int ga;
+  Trained(comm::Communicator& c, const config::ModelDims& d, int stage, int ga_steps, const model::LoraSpec& lora = {})
+      : ga(ga_steps) {
+    m = model::make_model(d, cpu_ops(), kB, kT, false, false, lora, stage >= 2 ? stage : 0);
+    opt = std::make_unique<optim::AdamW>(*m, c, stage);
+    std::vector<float> p;
+    model::init_params(p, m->layout(), d, 1);
+    m->set_params_from_host(p);
+    if (lora.enabled()) {
+      model::init_lora(p, m->trainable_layout(), 5);
+      const auto noise = test::uniform(p.size(), 6, -0.05f, 0.05f);  // B starts at 0: make it matter
+      for (size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+      m->set_trainable_from_host(p);
+    }
+  }
+  // Step `step` (1-based) of rank `rank`; `empty_rank` feeds a micro-batch with no weighted token.
+  optim::StepStats step(const config::Config& cfg, int rank, int step, int empty_rank = -1) {
+    m->set_step(step);
+    m->zero_grads();
+    for (int micro = 0; micro < ga; ++micro) {
+      auto b = rows(rank, step * 10 + micro, m->dims().V);
+      if (rank == empty_rank && micro == 0) std::fill(b.loss_weights.begin(), b.loss_weights.end(), 0.0f);
+      m->forward_backward(b);
+    }
+    opt->reduce_gradients();
+    return opt->apply(cfg, 1e-2, step);
+  }
+  // Collectives: every rank calls them; rank 0 gets the global vectors (zero_stage 0: every rank).
+  std::vector<float> params() { return m->trainable_to_host(); }
+  std::pair<std::vector<float>, std::vector<float>> moments() {
+    std::vector<float> a, b;
+    opt->moments_to_host(a, b);
+    return {a, b};
+  }
+};
+
+void add_int_attr(const std::string& path, const char* name, int value) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, name, H5T_NATIVE_INT, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT, &value);
+  H5Aclose(a), H5Sclose(s), H5Fclose(f);
+}
+
+class Zero23 : public ::testing::TestWithParam<int> {};
+
+}  // namespace
+
+TEST_P(Zero23, StepOneGradientSumsAreTheFloat64ReferencesOverTheGlobalBatch) {
+  auto c = comm::make_mpi_communicator();
+  const int stage = GetParam(), W = c->world();
+  const auto d = test::tiny_dims();
+  for (int ga : {1, 2}) {
+    Trained run(*c, d, stage, ga);
+    run.m->zero_grads();
+    for (int micro = 0; micro < ga; ++micro) run.m->forward_backward(rows(c->rank(), micro, d.V));
+    run.opt->reduce_gradients();
+    float sums[2];
+    cpu_ops().to_host(sums, run.m->sums(), sizeof sums);
+    auto* z = run.opt->zero_units();
+    ASSERT_NE(z, nullptr);
+    const auto grads = z->shard_to_host(z->grad_sums());  // a collective: rank 0 receives them
+    const auto p = run.params();
+    if (c->rank() != 0) {
+      EXPECT_TRUE(grads.empty()) << "no global copy on the other ranks";
+      continue;
+    }
+    // The global batch: every micro-step of every rank, in one batch for the reference.
+    data::Batch all;
+    all.T = kT;
+    for (int micro = 0; micro < ga; ++micro)
+      for (int q = 0; q < W; ++q) {
+        const auto b = rows(q, micro, d.V);
+        all.B += b.B;
+        all.inputs.insert(all.inputs.end(), b.inputs.begin(), b.inputs.end());
+        all.targets.insert(all.targets.end(), b.targets.begin(), b.targets.end());
+        all.loss_weights.insert(all.loss_weights.end(), b.loss_weights.begin(), b.loss_weights.end());
+      }
+    test::TempDir dir;
+    checkpoint::save_params(dir / "params.h5", run.m->layout(), p);
+    add_int_attr(dir / "params.h5", "L", d.L);
+    add_int_attr(dir / "params.h5", "NH", d.NH);
+    nlohmann::json j = {{"B", all.B}, {"T", kT}, {"inputs", all.inputs}, {"targets", all.targets},
+                        {"loss_weights", all.loss_weights}};
+    test::write_file(dir / "batch.json", j.dump());
+    const auto r = test::run_command("/usr/bin/python3 " + test::source_path("tests/model/reference_gpt2.py") + " " +
+                                     (dir / "params.h5") + " " + (dir / "batch.json") + " " + (dir / "grads.h5"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto ref_sums = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));
+    EXPECT_NEAR(sums[0], ref_sums["loss_sum"].get<double>(), 1e-5 * ref_sums["loss_sum"].get<double>());
+    EXPECT_NEAR(sums[1], ref_sums["weight_sum"].get<double>(), 1e-6 * ref_sums["weight_sum"].get<double>());
+    std::vector<float> ref;
+    checkpoint::load_params(dir / "grads.h5", run.m->layout(), ref);
+    for (const auto& t : run.m->layout().tensors) {
+      const std::vector<float> a(grads.begin() + t.offset, grads.begin() + t.offset + t.numel);
+      const std::vector<float> b(ref.begin() + t.offset, ref.begin() + t.offset + t.numel);
+      EXPECT_LE(test::max_rel_diff(a, b), 1e-4) << t.name << ", zero_stage " << stage << ", GA " << ga;
+    }
+  }
+}
+
+TEST_P(Zero23, FourStepsAreZeroStage0sForEveryFamilyAndLora) {
+  auto c = comm::make_mpi_communicator();
+  const int stage = GetParam();
+  config::Config cfg;
+  cfg.gradient_clipping_threshold = 0.05;  // small enough to clip every step
+  struct Case {
+    const char* name;
+    config::ModelDims d;
+    model::LoraSpec lora;
+  };
+  const auto ld = llama_dims();
+  for (const Case& k : {Case{"gpt2", test::tiny_dims(), {}}, Case{"llama", ld, {}}, Case{"llama lora", ld, lora_on(ld)}}) {
+    SCOPED_TRACE(k.name);
+    Trained plain(*c, k.d, 0, 2, k.lora), zero(*c, k.d, stage, 2, k.lora);
+    EXPECT_LT(zero.opt->moment_bytes(), plain.opt->moment_bytes() / c->world() + 64 * 1024) << "1/world of m and v";
+    const auto base_before = k.lora.enabled() ? zero.m->params_to_host() : std::vector<float>{};
+    for (int step = 1; step <= 4; ++step) {
+      const auto a = plain.step(cfg, c->rank(), step), b = zero.step(cfg, c->rank(), step);
+      ASSERT_FALSE(b.skipped);
+      EXPECT_NEAR(b.loss, a.loss, 1e-6 * std::fabs(a.loss)) << "step " << step;
+      EXPECT_EQ(b.weight_sum, a.weight_sum);
+      EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-6 * a.grad_norm) << "step " << step;
+      const auto p0 = plain.params(), p1 = zero.params();
+      if (c->rank() == 0) EXPECT_LE(rel_diff(p1, p0), step == 1 ? 1e-6 : 1e-5) << "step " << step;
+    }
+    const auto [m0, v0] = plain.moments();
+    const auto [m1, v1] = zero.moments();
+    if (c->rank() == 0) {
+      EXPECT_LE(rel_diff(m1, m0), 1e-5);
+      EXPECT_LE(rel_diff(v1, v0), 1e-5);
+    }
+    if (k.lora.enabled()) {
+      const auto base_after = zero.m->params_to_host();
+      if (c->rank() == 0) EXPECT_EQ(base_after, base_before) << "the frozen base never changes";
+    }
+  }
+}
+
+TEST_P(Zero23, AMicroBatchWithNothingToLearnStillMakesEveryCollective) {
+  auto c = comm::make_mpi_communicator();
+  const int stage = GetParam();
+  config::Config cfg;
+  const auto d = llama_dims();
+  Trained plain(*c, d, 0, 2), zero(*c, d, stage, 2);
+  for (int step = 1; step <= 2; ++step) {
+    const auto a = plain.step(cfg, c->rank(), step, /*empty_rank=*/1);
+    const auto b = zero.step(cfg, c->rank(), step, /*empty_rank=*/1);
+    EXPECT_NEAR(b.loss, a.loss, 1e-6 * std::fabs(a.loss));
+    const auto p0 = plain.params(), p1 = zero.params();
+    if (c->rank() == 0) EXPECT_LE(rel_diff(p1, p0), 1e-5) << "step " << step;
+  }
+}
+
+TEST_P(Zero23, TwoRunsAreBitwiseEqual) {
+  auto c = comm::make_mpi_communicator();
+  const int stage = GetParam();
+  config::Config cfg;
+  cfg.gradient_clipping_threshold = 0.05;
+  const auto d = llama_dims();
+  Trained a(*c, d, stage, 2), b(*c, d, stage, 2);
+  for (int step = 1; step <= 3; ++step) {
+    a.step(cfg, c->rank(), step);
+    b.step(cfg, c->rank(), step);
+  }
+  const auto pa = a.params(), pb = b.params();
+  const auto [ma, va] = a.moments();
+  const auto [mb, vb] = b.moments();
+  if (c->rank() != 0) return;
+  EXPECT_TRUE(test::bitwise_equal(pa, pb));
+  EXPECT_TRUE(test::bitwise_equal(ma, mb));
+  EXPECT_TRUE(test::bitwise_equal(va, vb));
+}
+
+TEST_P(Zero23, GlobalVectorsSplitIntoShardsAndGatherBackBitForBit) {
+  auto c = comm::make_mpi_communicator();
+  const int stage = GetParam();
+  const auto d = llama_dims();
+  Trained run(*c, d, stage, 1);
+  const size_t n = run.m->trainable_layout().total;
+  const auto p = test::uniform(n, 90), m = test::uniform(n, 91), v = test::uniform(n, 92, 0.f, 1.f);
+  run.m->set_trainable_from_host(p);
+  run.opt->set_moments_from_host(m, v);
+  const auto p2 = run.params();
+  const auto [m2, v2] = run.moments();
+  if (c->rank() == 0 || stage == 2) EXPECT_EQ(p2, p);
+  if (c->rank() == 0) {
+    EXPECT_EQ(m2, m);
+    EXPECT_EQ(v2, v);
+  } else {
+    EXPECT_TRUE(m2.empty() && v2.empty()) << "no global copy of the moments on the other ranks";
+  }
+  // This rank's shard: 1/world of every unit, padded to equal pieces.
+  const auto& plan = run.opt->zero_units()->plan();
+  EXPECT_EQ(plan.total, run.opt->owned_floats());
+  size_t padded = 0;
+  for (const auto& u : plan.units) padded += u.piece * c->world() - u.size;
+  EXPECT_EQ(plan.total * c->world(), n + padded);
+  EXPECT_LT(padded, plan.units.size() * c->world());
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, Zero23, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int>& i) { return "zero_stage" + std::to_string(i.param); });
