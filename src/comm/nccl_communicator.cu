@@ -105,7 +105,9 @@ class NcclCommunicator final : public MpiHostCommunicator {
   // start_allreduce_sum, then an event of the ticket's own (a later collective's event would make
   // wait() wait longer than asked). stream_ runs in order, so a ticket's event also covers every
   // earlier ticket. One rank: NCCL copies send to recv, in order with the rest.
-  // GPU-CHECK: untested on a GPU; needs 2+ GPUs to be more than a copy.
+  // GPU-CHECK: run on one H200 at one rank only (NCCL accepts the out-of-place calls; tickets,
+  // wait(t) ordering the kernels' stream and 40 rounds of event reuse right, up to 2^24-float
+  // blocks); needs 2+ GPUs to be more than a copy.
   Ticket start_reduce_scatter_sum(const float* send, float* recv, size_t block) override {
     assert_out_of_place("start_reduce_scatter_sum", send, world_ * block, recv, block);
     return start_shard(kShardReduceScatter, block, [&] {
