@@ -5,7 +5,7 @@
 // out-of-place start_reduce_scatter_sum / start_all_gather: several started before any wait, with
 // tickets 1, 2, 3, ...; wait(t) completes t and every earlier one (a wait for an already completed
 // ticket is a no-op), wait_all the rest; results exact on integers and equal to the blocking ones,
-// also with allreduce_overlap's sums in flight; in-place calls of them end the job.
+// also with allreduce_overlap's sums in flight.
 #include <gtest/gtest.h>
 
 #include <cmath>
