@@ -4,7 +4,9 @@ is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequ
 - GPU vs CPU: per-step losses within 1e-5 relative, final parameters within 1e-4 (whole vector);
   the Llama family (GQA, RoPE, SwiGLU, untied head) as well; two GPU runs are bitwise equal;
 - 2 ranks over NCCL (one simulated GPU each) vs 1 GPU rank (the §1 factorisation) and vs 2 CPU
-  ranks; zero_stage 1 and allreduce_overlap on 2 GPU ranks equal the plain 2-rank run;
+  ranks; zero_stage 1 and allreduce_overlap on 2 GPU ranks equal the plain 2-rank run; so do
+  zero_stage 2 (reduce-scatters per micro-step, GA 2) and zero_stage 3 (parameters all-gathered per
+  unit, with dtype bfloat16: each gathered unit packed to the GEMMs' bf16 copy) on the Llama family;
 - dtype bfloat16 (attention on tensor cores) tracks fp32 (5e-2) without being it, 2 ranks of it equal
   1 rank (1e-5), the log names the tensor-core attention, and its bf16 activation storage is bitwise
   weight_dtype bfloat16's fp32 storage (both round the GEMM inputs); remat on the GPU is bitwise
@@ -14,7 +16,7 @@ is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequ
 - two ranks on a host with one GPU: hardware=auto runs both on the CPU, hardware=gpu exits 2;
 - a rank stopped (SIGSTOP) in a 2-GPU job ends it within collective_timeout_s, named by rank 0;
 - LoRA (issue 17, all-linear adapters with dropout on the Llama family): 2 GPU ranks over NCCL,
-  with zero_stage 1 or allreduce_overlap, train the adapters of 1 CPU rank (1e-5 / 1e-4)."""
+  with zero_stage 1, 3 or allreduce_overlap, train the adapters of 1 CPU rank (1e-5 / 1e-4)."""
 import json
 import os
 import re
@@ -50,7 +52,8 @@ GPUS = {"SFTDP_SIM_DEVICES": "2"}
 # configuration's equality (a repeat, zero_stage 1, overlap, 2 ranks of bf16, remat, a resume), and
 # the schedule comparison is the same comparison again at twice the simulator time.
 ONE_SCHEDULE = ("gpt2_gpu_again", "gpt2_gpu_w2_zero1", "gpt2_gpu_w2_overlap", "llama_lora_gpu_w2_zero1",
-                "llama_lora_gpu_w2_overlap", "gpt2_gpu_bf16_w2", "llama_gpu_bf16_w2", "llama_gpu_remat", "resume")
+                "llama_lora_gpu_w2_overlap", "gpt2_gpu_bf16_w2", "llama_gpu_bf16_w2", "llama_gpu_remat", "resume",
+                "gpt2_gpu_w2_ga2", "llama_lora_gpu_w2_zero3")
 
 
 def sim_env(name):
@@ -134,13 +137,30 @@ def test_zero1_and_overlap_over_nccl_equal_the_plain_run(runs, note):
     assert bitwise(overlap, plain)
 
 
+def test_zero2_and_zero3_over_nccl_equal_the_plain_run(runs, note):
+    # zero_stage 2 at GA 2: two reduce-scatters of every unit per step into the shard, against the
+    # plain run's one allreduce of the summed micro-steps; zero_stage 3 in bf16 on the Llama family
+    # (untied head, its own unit): every unit all-gathered before use and packed to bf16 once.
+    plain2 = runs("gpt2_gpu_w2_ga2", world=2, hardware="gpu", gradient_accumulation_steps=2)
+    zero2 = runs("gpt2_gpu_w2_ga2_zero2", world=2, hardware="gpu", gradient_accumulation_steps=2, zero_stage=2)
+    plain3 = runs("llama_gpu_bf16_w2", "llama", world=2, hardware="gpu", dtype="bfloat16")
+    zero3 = runs("llama_gpu_bf16_w2_zero3", "llama", world=2, hardware="gpu", dtype="bfloat16", zero_stage=3)
+    for name, z, p in [("zero_stage 2", zero2, plain2), ("zero_stage 3 bf16", zero3, plain3)]:
+        note(f"cuda e2e: {name} vs 0 over NCCL: losses {rel(losses(z[0]), losses(p[0])):.1e}, "
+             f"params {max_rel(z[1]['params'], p[1]['params']):.1e}, m {max_rel(z[1]['opt/m'], p[1]['opt/m']):.1e}")
+        assert rel(losses(z[0]), losses(p[0])) <= 1e-6, name
+        assert max_rel(z[1]["params"], p[1]["params"]) <= 1e-5, name
+        assert max_rel(z[1]["opt/m"], p[1]["opt/m"]) <= 1e-5, name
+
+
 LORA = dict(lora_rank=4, lora_alpha=8, lora_dropout=0.1, lora_target_modules="all-linear", learning_rate=1e-2)
 
 
 def test_lora_over_nccl_trains_the_cpu_ranks_adapters(runs, note):
     cpu = runs("llama_lora_cpu", "llama", hardware="cpu", **LORA)
     assert sorted(cpu[1]["params"]) == sorted(k for k in cpu[1]["params"] if ".lora_" in k)  # adapters only
-    for name, keys in {"plain": {}, "zero1": {"zero_stage": 1}, "overlap": {"allreduce_overlap": True}}.items():
+    for name, keys in {"plain": {}, "zero1": {"zero_stage": 1}, "zero3": {"zero_stage": 3},
+                       "overlap": {"allreduce_overlap": True}}.items():
         gpu = runs(f"llama_lora_gpu_w2_{name}", "llama", world=2, hardware="gpu", **LORA, **keys)
         note(f"cuda e2e LoRA {name}: 2 GPU ranks vs 1 CPU rank: losses {rel(losses(gpu[0]), losses(cpu[0])):.1e}, "
              f"adapters {max_rel(gpu[1]['params'], cpu[1]['params']):.1e}")
