@@ -6,7 +6,8 @@ is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequ
 - 2 ranks over NCCL (one simulated GPU each) vs 1 GPU rank (the §1 factorisation) and vs 2 CPU
   ranks; zero_stage 1 and allreduce_overlap on 2 GPU ranks equal the plain 2-rank run; so do
   zero_stage 2 (reduce-scatters per micro-step, GA 2) and zero_stage 3 (parameters all-gathered per
-  unit, with dtype bfloat16: each gathered unit packed to the GEMMs' bf16 copy) on the Llama family;
+  unit, with dtype bfloat16: each gathered unit packed to the GEMMs' bf16 copy) on the Llama family,
+  and zero_stage 3 on 4 GPUs x GA 2 is the 1-GPU run;
 - dtype bfloat16 (attention on tensor cores) tracks fp32 (5e-2) without being it, 2 ranks of it equal
   1 rank (1e-5), the log names the tensor-core attention, and its bf16 activation storage is bitwise
   weight_dtype bfloat16's fp32 storage (both round the GEMM inputs); remat on the GPU is bitwise
@@ -53,11 +54,12 @@ GPUS = {"SFTDP_SIM_DEVICES": "2"}
 # the schedule comparison is the same comparison again at twice the simulator time.
 ONE_SCHEDULE = ("gpt2_gpu_again", "gpt2_gpu_w2_zero1", "gpt2_gpu_w2_overlap", "llama_lora_gpu_w2_zero1",
                 "llama_lora_gpu_w2_overlap", "gpt2_gpu_bf16_w2", "llama_gpu_bf16_w2", "llama_gpu_remat", "resume",
-                "gpt2_gpu_w2_ga2", "llama_lora_gpu_w2_zero3")
+                "gpt2_gpu_w2_ga2", "llama_lora_gpu_w2_zero3", "llama_gpu_w4_zero3")
 
 
 def sim_env(name):
-    return dict(GPUS, SFTDP_SIM_SCHEDULES="1") if name.startswith(ONE_SCHEDULE) else GPUS
+    gpus = {"SFTDP_SIM_DEVICES": "4"} if "_w4" in name else GPUS  # one per rank of a 4-rank run
+    return dict(gpus, SFTDP_SIM_SCHEDULES="1") if name.startswith(ONE_SCHEDULE) else gpus
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +153,14 @@ def test_zero2_and_zero3_over_nccl_equal_the_plain_run(runs, note):
         assert rel(losses(z[0]), losses(p[0])) <= 1e-6, name
         assert max_rel(z[1]["params"], p[1]["params"]) <= 1e-5, name
         assert max_rel(z[1]["opt/m"], p[1]["opt/m"]) <= 1e-5, name
+    # 4 GPUs at GA 2 (1 row per micro-step), fp32: NCCL's 4-rank reduce-scatters and all-gathers, and
+    # the §1 factorisation against 1 GPU (the bounds of the 2-rank one above).
+    one = runs("llama_gpu", "llama", hardware="gpu")
+    w4 = runs("llama_gpu_w4_zero3", "llama", world=4, hardware="gpu", zero_stage=3, gradient_accumulation_steps=2)
+    note(f"cuda e2e: zero_stage 3 on 4 GPUs x GA 2 vs 1 GPU: losses {rel(losses(w4[0]), losses(one[0])):.1e}, "
+         f"params {max_rel(w4[1]['params'], one[1]['params']):.1e}")
+    assert rel(losses(w4[0]), losses(one[0])) <= 1e-5
+    assert max_rel(w4[1]["params"], one[1]["params"]) <= 1e-4
 
 
 LORA = dict(lora_rank=4, lora_alpha=8, lora_dropout=0.1, lora_target_modules="all-linear", learning_rate=1e-2)
