@@ -91,6 +91,7 @@ class AdamW {
   size_t owned_floats() const;  // this rank's floats of each of m and v
   size_t moment_bytes() const { return 2 * owned_floats() * sizeof(float); }  // this rank's m and v
   ZeroUnits* zero_units() { return zero_.get(); }  // zero_stage 2 and 3
+  const ZeroUnits* zero_units() const { return zero_.get(); }
   float* m() { return m_; }  // device, shard().owned() floats
   float* v() { return v_; }
   // m, v: the GLOBAL layout (layout.total floats); this rank keeps its shard of them.

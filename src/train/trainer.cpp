@@ -1,10 +1,13 @@
 // src/train/trainer.cpp — the one trainer loop (SPEC §1), the same for CPU and GPU and every
-// world size: for each optimizer step, GA micro-steps accumulate gradient SUMS and the loss and
-// weight sums; one allreduce sums them across ranks; then the update divides by the global
+// world size: for each optimizer step (train_step), GA micro-steps accumulate gradient SUMS and the
+// loss and weight sums; one reduction sums them across ranks; then the update divides by the global
 // weight sum, clips and applies AdamW identically on every rank. Under ZeRO-1 (zero_stage 1) a
 // reduce-scatter replaces the allreduce, each rank updates its shard and the parameters are
-// all-gathered (optim::AdamW). allreduce_overlap (zero_stage 0) splits the allreduce into
-// per-bucket ones started during the last micro-step's backward. Rank 0 writes metrics and checkpoints. Everything that can be wrong with the input is checked before anything is written.
+// all-gathered (optim::AdamW); ZeRO-2/3 reduce-scatter during every micro-step's backward and, at
+// stage 3, gather parameters unit by unit (optim::ZeroUnits). allreduce_overlap (zero_stage 0) splits
+// the allreduce into per-bucket ones started during the last micro-step's backward. Rank 0 writes
+// metrics and checkpoints. Everything that can be wrong with the input is checked before anything
+// is written (check_inputs).
 #include <omp.h>
 
 #include <algorithm>
@@ -49,78 +52,74 @@ std::string format_eta(double seconds) {
   return buf;
 }
 
+// Everything a run checks before it writes anything (SPEC §2: bad input is exit 2, nothing written):
+// the batch factorisation, the model, the device, the data files, the steps, the memory plan and the
+// output directory, agreed by every rank.
+struct Inputs {
+  config::BatchPlan plan;
+  config::ModelDims dims;
+  Device dev;
+  int T = 0;
+  std::optional<data::Dataset> train, eval;
+  std::optional<data::Sampler> sampler;
+  int64_t steps_per_epoch = 0, total_steps = 0;
+  Available available;
+  MemoryPlan memory;
+  RunPaths paths;
+};
+
+void check_inputs(const config::Config& cfg, comm::MpiSession& mpi, Inputs& in) {
+  in.plan = config::resolve_batch(cfg, mpi.world());
+  in.dims = config::model_dims(cfg);
+  in.dev = pick_device(cfg, mpi);
+  comm::Communicator& comm = *in.dev.comm;
+  in.T = static_cast<int>(cfg.max_target_length);
+  // Every rank opens the data files; one that cannot (a path missing on its node) stops them all.
+  comm::agree_on_user_errors([&] {
+    in.train.emplace(cfg.train_files, in.T, in.dims.V, in.dims.maxT);
+    if (!cfg.eval_files.empty()) in.eval.emplace(cfg.eval_files, in.T, in.dims.V, in.dims.maxT);
+  });
+  in.sampler.emplace(in.train->rows(), in.plan.global_batch, cfg.enable_data_shuffling,
+                     static_cast<uint64_t>(cfg.data_shuffle_seed));
+  in.steps_per_epoch = in.sampler->steps_per_epoch();
+  if (in.steps_per_epoch == 0)
+    throw UserError("global_batch_size: " + std::to_string(in.plan.global_batch) +
+                    " rows per step, but train_files hold only " + std::to_string(in.train->rows()));
+  in.total_steps = cfg.steps > 0 ? cfg.steps : std::max<int64_t>(cfg.num_epochs, 1) * in.steps_per_epoch;
+  // What this rank will hold against what its node offers, before anything is allocated or written
+  // (memory_plan.h): too much is an error line naming the figures and what would fit, on every rank.
+  in.available = available_memory(in.dev.gpu, mpi);
+  comm::agree_on_user_errors([&] {
+    in.memory = check_memory(cfg, in.plan, in.dims, *in.dev.ops, in.available, comm.rank(), comm.world(), in.dev.gpu,
+                             omp_get_max_threads());
+  });
+  in.paths = paths_of(cfg);
+  check_output_directory(cfg, in.paths, comm);
+}
+
 // zero_stage 2/3: what ZeRO holds on this rank and what it moves per optimizer step (issue 25).
-void log_zero_units(optim::AdamW& opt, const comm::Communicator& comm, int64_t ga) {
+void log_zero_units(const optim::AdamW& opt, int64_t ga) {
   const optim::ZeroUnits* z = opt.zero_units();
   if (!z) return;
-  const double mib = sizeof(float) / 1048576.0;
-  const double rs = z->reduce_scatter_floats() * mib;
+  const double rs = z->reduce_scatter_floats() * sizeof(float) / 1048576.0;
   log::info("zero_stage %d: gradient-sum and master shards plus unit slots %.3f MiB on this rank; each micro-step "
             "reduce-scatters %.3f MiB of gradient sums (x GA %lld = %.3f MiB per step, zero_stage 0 allreduces %.3f "
             "MiB once); %s",
             z->stage(), z->bytes().total() / 1048576.0, rs, (long long)ga, rs * double(ga), rs,
             z->stage() == 3 ? "parameters all-gathered unit by unit before use in every forward and backward"
                             : "parameters all-gathered once per step after the update");
-  (void)comm;
 }
 
-}  // namespace
-
-int run(const config::Config& cfg, comm::MpiSession& mpi) {
-  // ---- everything that can be wrong with the input, before anything is written ----
-  // Every collective from here on ends the job if a rank stays away this long (comm.h).
-  comm::set_collective_timeout(cfg.collective_timeout_s);
-  comm::set_collective_context("during set-up");
-  const auto plan = config::resolve_batch(cfg, mpi.world());
-  const auto dims = config::model_dims(cfg);
-  Device dev = pick_device(cfg, mpi);
-  comm::Communicator& comm = *dev.comm;
-  const int T = static_cast<int>(cfg.max_target_length);
-  // Every rank opens the data files; one that cannot (a path missing on its node) stops them all.
-  std::optional<data::Dataset> train_file, eval_file;
-  comm::agree_on_user_errors([&] {
-    train_file.emplace(cfg.train_files, T, dims.V, dims.maxT);
-    if (!cfg.eval_files.empty()) eval_file.emplace(cfg.eval_files, T, dims.V, dims.maxT);
-  });
-  const data::Dataset& train_data = *train_file;
-  const data::Dataset* eval_data = eval_file ? &*eval_file : nullptr;
-  data::Sampler sampler(train_data.rows(), plan.global_batch, cfg.enable_data_shuffling,
-                        static_cast<uint64_t>(cfg.data_shuffle_seed));
-  const int64_t steps_per_epoch = sampler.steps_per_epoch();
-  if (steps_per_epoch == 0)
-    throw UserError("global_batch_size: " + std::to_string(plan.global_batch) +
-                    " rows per step, but train_files hold only " + std::to_string(train_data.rows()));
-  const int64_t total_steps =
-      cfg.steps > 0 ? cfg.steps : std::max<int64_t>(cfg.num_epochs, 1) * steps_per_epoch;
-  // What this rank will hold against what its node offers, before anything is allocated or written
-  // (memory_plan.h): too much is an error line naming the figures and what would fit, on every rank.
-  const Available available = available_memory(dev.gpu, mpi);
-  MemoryPlan memory;
-  comm::agree_on_user_errors([&] {
-    memory =
-        check_memory(cfg, plan, dims, *dev.ops, available, comm.rank(), comm.world(), dev.gpu, omp_get_max_threads());
-  });
-  const RunPaths paths = paths_of(cfg);
-  check_output_directory(cfg, paths, comm);
-
-  // dtype: bfloat16 keeps the GEMM-only activations as bf16 too (SPEC §3; exact: see sftdp/model.h).
-  // LoRA (issue 17): adapters on a frozen base; the optimiser, the allreduce and the checkpoints
-  // then hold only the adapters (model.trainable_layout()).
-  const model::LoraSpec lora = model::lora_spec(cfg, dims);
-  const int zero_stage = static_cast<int>(cfg.zero_stage);
-  const auto model_ptr = model::make_model(dims, *dev.ops, static_cast<int>(plan.micro_batch), T, cfg.remat,
-                                           dev.gpu && cfg.dtype == "bfloat16", lora, zero_stage >= 2 ? zero_stage : 0);
-  model::Model& model = *model_ptr;
-  optim::AdamW opt(model, comm, zero_stage);
-  checkpoint::TrainState state =
-      restore(cfg, paths, model, opt, comm, plan.global_batch, steps_per_epoch);
-
+// The start-up lines: the run's shape, which attention runs, the data, the optimiser's share, LoRA,
+// the memory plan and the activations with and without remat.
+void log_startup(const config::Config& cfg, const Inputs& in, const model::Model& model, const optim::AdamW& opt) {
+  const auto& plan = in.plan;
   log::info("sft-dp: %s %s, %d rank(s) x GA %lld x %lld rows = global batch %lld, T=%d, %zu params",
-            config::block_name(dims).c_str(), dev.ops->name, plan.world_size, (long long)plan.ga_steps, (long long)plan.micro_batch,
-            (long long)plan.global_batch, T, model.layout().total);
-  if (dev.gpu) {  // which attention kernel runs (kernels/attention.h)
-    const int HS = dims.head_size();
-    if (!gemm_inputs_bf16(*dev.ops))
+            config::block_name(in.dims).c_str(), in.dev.ops->name, plan.world_size, (long long)plan.ga_steps,
+            (long long)plan.micro_batch, (long long)plan.global_batch, in.T, model.layout().total);
+  if (in.dev.gpu) {  // which attention kernel runs (kernels/attention.h)
+    const int HS = in.dims.head_size();
+    if (!gemm_inputs_bf16(*in.dev.ops))
       log::info("attention: CUDA cores, fp32 (dtype float32)");
     else if (attention_bf16::tensor_cores(HS))
       log::info("attention: tensor cores (mma.sync bf16, flash attention), head size %d", HS);
@@ -129,13 +128,13 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
                 "(16..128 in steps of 16 do)", HS);
   }
   log::info("data: %lld rows, %lld steps per epoch, %lld rows left over per epoch (not used)",
-            (long long)train_data.rows(), (long long)steps_per_epoch,
-            (long long)sampler.rows_left_over());
+            (long long)in.train->rows(), (long long)in.steps_per_epoch, (long long)in.sampler->rows_left_over());
   log::info("optimizer: zero_stage %lld, AdamW moments %.3f MiB on this rank (%zu of %zu floats each of m, v)",
             (long long)cfg.zero_stage, opt.moment_bytes() / 1048576.0, opt.owned_floats(),
             model.trainable_layout().total);
-  log_zero_units(opt, comm, plan.ga_steps);
+  log_zero_units(opt, plan.ga_steps);
   if (model.lora()) {
+    const auto& lora = model.lora_spec();
     std::string modules;
     for (const auto& m : lora.modules) modules += (modules.empty() ? "" : " ") + m;
     const double grad_mib = model.grad_buffer_floats() * sizeof(float) / 1048576.0;
@@ -145,102 +144,139 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
         lora.rank, lora.alpha, double(lora.scale()), lora.dropout, modules.c_str(), model.trainable_layout().total,
         model.layout().total, 100.0 * model.trainable_layout().total / model.layout().total, grad_mib, grad_mib);
   }
+  if (in.available.known)
+    log::info("memory: this rank needs %s of %.1f MiB available (%s)", in.memory.describe().c_str(),
+              static_cast<double>(in.available.bytes) / (1 << 20), in.available.what.c_str());
+  else
+    log::info("memory: this rank needs %s (what is available is unknown: not checked)", in.memory.describe().c_str());
   // The activation memory either way, so that the log shows what remat saves (or would).
   const size_t act = model.activation_bytes(), saved = model.remat_saved_bytes();
-  if (available.known)
-    log::info("memory: this rank needs %s of %.1f MiB available (%s)", memory.describe().c_str(),
-              static_cast<double>(available.bytes) / (1 << 20), available.what.c_str());
-  else
-    log::info("memory: this rank needs %s (what is available is unknown: not checked)", memory.describe().c_str());
   log::info("activations: %.3f MiB on this rank, remat %s%s (%.3f MiB with remat %s)", act / 1048576.0,
             cfg.remat ? "true" : "false", model.bf16_activations() ? ", GEMM inputs kept as bf16" : "",
             (cfg.remat ? act + saved : act - saved) / 1048576.0, cfg.remat ? "false" : "true");
-  if (state.step >= total_steps) {
-    log::info("run already complete: %lld of %lld steps", (long long)state.step, (long long)total_steps);
+}
+
+// SPEC §1, one optimizer step: every micro-step of this rank adds its gradient sums, loss sum and
+// weight sum (nothing divided); one reduction across ranks (an allreduce; ZeRO-1 a reduce-scatter;
+// allreduce_overlap per-bucket allreduces started during the last micro-step's backward; ZeRO-2/3
+// reduce-scatters already made during every micro-step's backward); then AdamW::apply divides by the
+// global weight sum, clips and updates. Only this rank reads (and checks) its rows: a bad one ends
+// the job from here, exit 2.
+optim::StepStats train_step(const config::Config& cfg, const Inputs& in, const std::vector<int64_t>& rows,
+                            model::Model& model, optim::AdamW& opt, comm::Communicator& comm, double lr, int t,
+                            data::Batch& batch) {
+  const model::Model::GradReady start_bucket = [&](size_t begin, size_t end) {
+    comm.start_allreduce_sum(model.grads() + begin, end - begin);
+  };
+  model.zero_grads();
+  or_abort_job(comm, [&] {
+    for (int micro = 0; micro < in.plan.ga_steps; ++micro) {
+      in.train->read_rows(data::micro_rows(rows, comm.rank(), comm.world(), static_cast<int>(in.plan.ga_steps), micro),
+                          batch);
+      const bool overlap = cfg.allreduce_overlap && micro == in.plan.ga_steps - 1;
+      model.forward_backward(batch, overlap ? start_bucket : model::Model::GradReady{});
+    }
+  });
+  if (cfg.allreduce_overlap) comm.wait_allreduces();
+  else opt.reduce_gradients();
+  return opt.apply(cfg, lr, t);
+}
+
+// Rank 0's metrics line and the progress line of a finished step.
+void record_step(MetricsWriter* writer, const optim::StepStats& stats, const checkpoint::TrainState& state,
+                 int64_t epoch_of_step, int64_t total_steps, double lr, double dt, double tokens_per_step,
+                 double avg_step_s, int64_t log_period) {
+  if (writer) {
+    StepMetrics m;
+    m.step = state.step;
+    m.loss = stats.loss, m.lr = lr, m.grad_norm = stats.grad_norm, m.weight_sum = stats.weight_sum;
+    m.tokens_per_s = tokens_per_step / dt, m.step_time_s = dt, m.epoch = epoch_of_step;
+    m.skipped = stats.skipped;
+    writer->step(m);
+  }
+  if (stats.skipped)
+    log::info("step %lld/%lld | skipped: no token with loss weight > 0 in the global batch", (long long)state.step,
+              (long long)total_steps);
+  else if (state.step % log_period == 0 || state.step == total_steps)
+    log::info("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f tok/s | %.1f ms | eta %s",
+              (long long)state.step, (long long)total_steps, stats.loss, lr, stats.grad_norm, tokens_per_step / dt,
+              dt * 1e3, format_eta(avg_step_s * (total_steps - state.step)).c_str());
+}
+
+}  // namespace
+
+int run(const config::Config& cfg, comm::MpiSession& mpi) {
+  // Every collective from here on ends the job if a rank stays away this long (comm.h).
+  comm::set_collective_timeout(cfg.collective_timeout_s);
+  comm::set_collective_context("during set-up");
+  Inputs in;
+  check_inputs(cfg, mpi, in);
+  comm::Communicator& comm = *in.dev.comm;
+  const auto& plan = in.plan;
+
+  // dtype: bfloat16 keeps the GEMM-only activations as bf16 too (SPEC §3; exact: see sftdp/model.h).
+  // LoRA (issue 17): adapters on a frozen base; the optimiser, the reductions and the checkpoints
+  // then hold only the adapters (model.trainable_layout()). ZeRO-2/3: the model holds no full
+  // gradient buffer (3: no full parameters either); the optimiser's ZeroUnits holds the shards.
+  const int zero_stage = static_cast<int>(cfg.zero_stage);
+  const auto model_ptr =
+      model::make_model(in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T, cfg.remat,
+                        in.dev.gpu && cfg.dtype == "bfloat16", model::lora_spec(cfg, in.dims), zero_stage >= 2 ? zero_stage : 0);
+  model::Model& model = *model_ptr;
+  optim::AdamW opt(model, comm, zero_stage);
+  checkpoint::TrainState state = restore(cfg, in.paths, model, opt, comm, plan.global_batch, in.steps_per_epoch);
+  log_startup(cfg, in, model, opt);
+  if (state.step >= in.total_steps) {
+    log::info("run already complete: %lld of %lld steps", (long long)state.step, (long long)in.total_steps);
     return 0;
   }
 
   // Rank 0's metrics file is opened at the first line, after step 1 has read and checked its rows.
-  std::optional<MetricsWriter> metrics_file;
   // A fresh run (step 0) starts the file over; a resumed one keeps the lines up to its checkpoint.
-  const int64_t keep_lines_up_to = state.step == 0 ? -1 : state.step;
+  std::optional<MetricsWriter> metrics_file;
   auto metrics = [&]() -> MetricsWriter* {
     if (comm.rank() != 0) return nullptr;
-    if (!metrics_file) metrics_file.emplace(paths.metrics_path, keep_lines_up_to);
+    if (!metrics_file) metrics_file.emplace(in.paths.metrics_path, state.step == 0 ? -1 : state.step);
     return &*metrics_file;
   };
-
   auto run_eval = [&](int64_t step) {
-    if (!eval_data) return;
+    if (!in.eval) return;
     EvalResult r;
-    or_abort_job(comm, [&] { r = evaluate(model, *eval_data, comm, plan.micro_batch, plan.global_batch, cfg.eval_steps); });
+    or_abort_job(comm, [&] { r = evaluate(model, *in.eval, comm, plan.micro_batch, plan.global_batch, cfg.eval_steps); });
     log::info("step %lld | eval_loss %.6f over %.0f tokens", (long long)step, r.loss, r.weight_sum);
     if (auto* m = metrics()) m->eval(step, r.loss, r.weight_sum);
   };
 
   if (state.step == 0) run_eval(0);  // the baseline the run is judged against
   data::Batch batch;
-  const model::Model::GradReady start_bucket = [&](size_t begin, size_t end) {
-    comm.start_allreduce_sum(model.grads() + begin, end - begin);
-  };
-  const double tokens_per_step = double(plan.global_batch) * T;
+  const double tokens_per_step = double(plan.global_batch) * in.T;
   double time_sum = 0;
   int64_t timed_steps = 0;
-  while (state.step < total_steps) {
+  while (state.step < in.total_steps) {
     const auto t0 = Clock::now();
     comm::set_collective_context("of step " + std::to_string(state.step + 1));
-    const auto rows = sampler.step_rows(state.epoch, state.step_in_epoch);
+    const auto rows = in.sampler->step_rows(state.epoch, state.step_in_epoch);
     model.set_step(state.step);  // LoRA dropout masks: seeded by (seed, step, row, position)
-    model.zero_grads();
-    // Only this rank reads (and checks) its rows: a bad one ends the job from here, exit 2.
-    or_abort_job(comm, [&] {
-      for (int micro = 0; micro < plan.ga_steps; ++micro) {
-        train_data.read_rows(data::micro_rows(rows, comm.rank(), comm.world(),
-                                              static_cast<int>(plan.ga_steps), micro), batch);
-        // allreduce_overlap: the last micro-step starts each gradient bucket's allreduce as soon
-        // as its sums are final (model.grad_buckets(), a fixed order), while backward goes on.
-        const bool overlap = cfg.allreduce_overlap && micro == plan.ga_steps - 1;
-        model.forward_backward(batch, overlap ? start_bucket : model::Model::GradReady{});
-      }
-    });
-    // One allreduce of gradient sums, loss sum and weight sum together (ZeRO-1: reduce-scatter);
-    // with allreduce_overlap, the wait for the per-bucket allreduces already started.
-    if (cfg.allreduce_overlap) comm.wait_allreduces();
-    else opt.reduce_gradients();
-    const double lr = optim::learning_rate(cfg, state.step, total_steps);
+    const double lr = optim::learning_rate(cfg, state.step, in.total_steps);
     // AdamW's t counts updates actually made: a skipped step makes none.
-    const auto stats = opt.apply(cfg, lr, static_cast<int>(state.optimizer_updates + 1));
+    const auto stats = train_step(cfg, in, rows, model, opt, comm, lr, static_cast<int>(state.optimizer_updates + 1),
+                                  batch);
     if (stats.nonfinite)
       die_internal("sftdp", "training step", "loss or gradient norm is not finite at step " +
                    std::to_string(state.step + 1) + " (lr " + std::to_string(lr) +
                    "); no update made, no checkpoint written", __FILE__, __LINE__);
     if (!stats.skipped) state.optimizer_updates += 1;
-    dev.ops->synchronize();
+    in.dev.ops->synchronize();
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
 
     const int64_t epoch_of_step = state.epoch;
     state.step += 1;
-    if (++state.step_in_epoch == steps_per_epoch) state.epoch += 1, state.step_in_epoch = 0;
-    if (state.step > 1 || total_steps == 1) time_sum += dt, ++timed_steps;  // step 1 warms up
+    if (++state.step_in_epoch == in.steps_per_epoch) state.epoch += 1, state.step_in_epoch = 0;
+    if (state.step > 1 || in.total_steps == 1) time_sum += dt, ++timed_steps;  // step 1 warms up
+    record_step(metrics(), stats, state, epoch_of_step, in.total_steps, lr, dt, tokens_per_step,
+                timed_steps ? time_sum / timed_steps : dt, cfg.log_period);
 
-    if (auto* writer = metrics()) {
-      StepMetrics m;
-      m.step = state.step;
-      m.loss = stats.loss, m.lr = lr, m.grad_norm = stats.grad_norm, m.weight_sum = stats.weight_sum;
-      m.tokens_per_s = tokens_per_step / dt, m.step_time_s = dt, m.epoch = epoch_of_step;
-      m.skipped = stats.skipped;
-      writer->step(m);
-    }
-    if (stats.skipped)
-      log::info("step %lld/%lld | skipped: no token with loss weight > 0 in the global batch",
-                (long long)state.step, (long long)total_steps);
-    else if (state.step % cfg.log_period == 0 || state.step == total_steps) {
-      const double avg = timed_steps ? time_sum / timed_steps : dt;
-      log::info("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f tok/s | %.1f ms | eta %s",
-                (long long)state.step, (long long)total_steps, stats.loss, lr, stats.grad_norm,
-                tokens_per_step / dt, dt * 1e3, format_eta(avg * (total_steps - state.step)).c_str());
-    }
-    const bool last = state.step == total_steps;
+    const bool last = state.step == in.total_steps;
     // zero_stage 3 keeps no replicated parameters to compare: each rank holds its own shard.
     if (cfg.param_check_period > 0 && comm.world() > 1 && zero_stage < 3 &&
         (state.step % cfg.param_check_period == 0 || last)) {
@@ -254,8 +290,8 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     double stop = stop_requested() ? 1.0 : 0.0;
     comm.allreduce_sum_host(&stop, 1);
     const bool periodic = cfg.checkpoint_period > 0 && state.step % cfg.checkpoint_period == 0;
-    if (periodic || last || stop > 0) save_checkpoint(cfg, paths, model, opt, comm, state);
-    if (last && cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, paths, model, comm); });
+    if (periodic || last || stop > 0) save_checkpoint(cfg, in.paths, model, opt, comm, state);
+    if (last && cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, in.paths, model, comm); });
     if (stop > 0 && !last) {
       comm.barrier();
       log::info("stop signal received: checkpoint at step %lld written; resubmit to continue",
@@ -266,7 +302,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   comm::set_collective_context("at the end of the run");
   run_eval(state.step);
   comm.barrier();  // rank 0's checkpoint is on disk before any rank reports success
-  log::info("done: %lld steps; outputs in %s", (long long)state.step, paths.run_dir.c_str());
+  log::info("done: %lld steps; outputs in %s", (long long)state.step, in.paths.run_dir.c_str());
   return 0;
 }
 
