@@ -1,11 +1,12 @@
 """The memory plan against measured memory (issue 25): `sft_train --plan --ranks 4` for one model,
 then the same run for real on 4 CPU ranks (2 steps, a checkpoint at the end), each rank's peak
-resident memory from /usr/bin/time (%M), at zero_stage 0 and 1. The plan's figure is rank 0's
-total, and for ranks 1..3 its "total on ranks 1 to 3" row (one host copy of the parameters instead
-of three). A process's own code, libraries and MPI are not in the plan: the same run of gpt2-tiny
-(whose plan is a few MiB) measures them, and its peak is reported beside.
+resident memory from /usr/bin/time (%M), at zero_stage 0 to 3 (or those named). The plan's figure is
+rank 0's total, and for ranks 1..3 its "total on ranks 1 to 3" row (the starting parameters on the
+host instead of the parameters and both moments of a checkpoint). A process's own code, libraries
+and MPI are not in the plan: the same run of gpt2-tiny (whose plan is a few MiB) measures them, and
+its peak is reported beside.
 
-  SFTDP_BUILD_DIR=build .pyref/bin/python bench/plan_rss.py [model_name] [T]
+  SFTDP_BUILD_DIR=build .pyref/bin/python bench/plan_rss.py [model_name] [T] [stages, e.g. 0,1,2,3]
 Prints a Markdown table."""
 import os
 import re
@@ -17,6 +18,7 @@ from harness import MPI_ENV, SFT_TRAIN, make_data, tempdir, write_config  # noqa
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "smollm2-135m"
 T = int(sys.argv[2]) if len(sys.argv) > 2 else 256
+STAGES = [int(s) for s in sys.argv[3].split(",")] if len(sys.argv) > 3 else [0, 1, 2, 3]
 WORLD = 4
 VOCAB = {"gpt2-tiny": 264}
 
@@ -34,11 +36,10 @@ def planned(cfg, zero):
     p = subprocess.run([SFT_TRAIN, "--plan", "--ranks", str(WORLD), cfg, f"zero_stage={zero}"], capture_output=True,
                        text=True, env=dict(os.environ, **MPI_ENV), timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    col = 1 + zero  # the table's zero_stage 0 and 1 columns
 
-    def row(name):
+    def row(name):  # the table has a column per zero_stage, 0 to 3
         m = re.search(rf"^\| {re.escape(name)} +\|(.*)$", p.stdout, re.M)
-        cell = m.group(1).split("|")[col - 1].strip()
+        cell = m.group(1).split("|")[zero].strip()
         value, unit = cell.split()
         return float(value) * (1024 if unit == "GiB" else 1)
 
@@ -65,7 +66,7 @@ def main():
     print("| zero_stage | rank | plan | measured peak RSS | measured / plan | measured − process / plan |")
     print("|---|---|---|---|---|---|")
     cfg = config(d, MODEL, VOCAB.get(MODEL, 49152))
-    for zero in (0, 1):
+    for zero in STAGES:
         plan0, plan_rest = planned(cfg, zero)
         rss = measured(cfg, d, zero)
         for r, m in enumerate(rss):

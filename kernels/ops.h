@@ -4,7 +4,9 @@
 // Every pointer argument lives in that device's memory ("device memory" is host memory for the
 // CPU table). Kernel entries have exactly the types of the sftdp::cpu:: twins (one signature per
 // kernel); the CUDA tables run the sftdp::cuda:: twins, which take the same arguments plus a
-// stream, on the table's one stream. All entries are required.
+// stream, on the table's one stream. All entries are required. Beside the kernels, each table says how
+// much working memory of its own they keep (scratch_bytes), so that the memory plan need not know any
+// kernel's internals.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +28,18 @@
 #include "kernels/swiglu.h"
 
 namespace sftdp {
+
+// What a table's own working memory is sized by (Ops::scratch_bytes): the model's shape, the rows
+// and tokens of a micro-step, the fused head's chunk of rows and (CPU) the threads of a rank.
+struct ScratchShape {
+  int B = 1, T = 1;                     // rows and tokens per micro-step
+  int C = 0, F = 0, V = 0;              // width, MLP width (mlp_dim), vocabulary
+  int NH = 0, KVH = 0, HS = 0;          // query heads, key/value heads, head size
+  int qkv_dim = 0, attn_dim = 0;        // widths of the fused q|k|v rows and of attention's output
+  int head_rows = 0;                    // rows per chunk of the fused LM head
+  int threads = 1;                      // CPU: OpenMP threads per rank
+};
+using ScratchBytes = size_t (*)(const ScratchShape& shape);
 
 struct Ops {
   const char* name;  // "cpu" | "cuda" | "cuda-bf16"
@@ -72,6 +86,12 @@ struct Ops {
   decltype(&cpu::lora_fwd) lora_fwd;  // LoRA adapters (issue 17): Linear-layer GEMMs, as matmul
   decltype(&cpu::lora_bwd) lora_bwd;
   decltype(&cpu::lora_dropout) lora_dropout;
+  // --- sizes ---
+  // Bytes of working memory the kernels above keep for themselves (grow-only, beside the buffers
+  // their callers allocate) at this shape, an estimate from above: what the memory plan counts as
+  // kernel scratch (src/train/memory_plan.cpp). CPU: attention's tiles per thread; CUDA: the cuBLASLt
+  // workspace and the launchers' scratch slots (cuda_scratch_bytes).
+  ScratchBytes scratch_bytes;
 };
 
 // What the Linear layers' GEMMs (matmul_fwd / matmul_bwd, lora_fwd / lora_bwd) and attention's q, k, v and dO read on
@@ -84,6 +104,10 @@ enum class GemmInputs { kFp32, kBf16 };
 inline bool gemm_inputs_bf16(const Ops& ops) { return std::string_view(ops.name) == "cuda-bf16"; }
 
 const Ops& cpu_ops();
+// The scratch_bytes entry of the CUDA table whose GEMMs read `inputs`, in every build:
+// `sft_train --plan` sizes a GPU run on a machine that has no GPU, or a build without CUDA
+// (kernels/cuda/scratch.h holds the formula, next to the launchers it counts).
+ScratchBytes cuda_scratch_bytes(GemmInputs inputs);
 // The CUDA table whose Linear GEMMs read `inputs`, or nullptr when built without CUDA or when no
 // CUDA device is usable. Both CUDA tables share one stream and one set of scratch buffers.
 const Ops* cuda_ops(GemmInputs inputs);

@@ -33,6 +33,11 @@ void host_copy(void* dst, const void* src, size_t bytes) {
 }
 void host_synchronize() {}
 void* no_stream() { return nullptr; }
+// The CPU kernels' own working memory: attention's tiles and strips per thread and its per-head k/v
+// gradients (AdamW's and the cross-entropy's per-row partial sums are small beside them).
+size_t host_scratch_bytes(const ScratchShape& s) {
+  return cpu::attention_scratch_bytes(s.B, s.T, s.NH, s.KVH, s.HS, s.threads);
+}
 
 }  // namespace
 
@@ -77,6 +82,7 @@ const Ops& cpu_ops() {
       .lora_fwd = cpu::lora_fwd,
       .lora_bwd = cpu::lora_bwd,
       .lora_dropout = cpu::lora_dropout,
+      .scratch_bytes = host_scratch_bytes,
   };
   return ops;
 }

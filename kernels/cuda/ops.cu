@@ -3,10 +3,12 @@
 // cuda_select_device before anything else), memory entries through cudaMalloc / cudaMemsetAsync /
 // cudaMemcpyAsync on that stream. Host<->device copies return when the copy is complete; kernels
 // and device-to-device copies return at once. Kernel entries are the cuda:: twins behind one
-// generic adapter (OnStream) that appends the stream. Also the device queries of ops.h.
+// generic adapter (OnStream) that appends the stream; their working memory is kernels/cuda/scratch.h's.
+// Also the device queries of ops.h.
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/scratch.h"
 #include "kernels/ops.h"
 
 namespace sftdp {
@@ -122,6 +124,7 @@ constexpr Ops make_cuda_ops() {
       .lora_bwd =
           bf16 ? on_stream<&cpu::lora_bwd, &cuda::lora_bwd_bf16>() : on_stream<&cpu::lora_bwd, &cuda::lora_bwd>(),
       .lora_dropout = on_stream<&cpu::lora_dropout, &cuda::lora_dropout>(),
+      .scratch_bytes = &cuda::scratch_bytes<inputs>,
   };
 }
 
@@ -129,6 +132,8 @@ constexpr Ops kCudaFp32 = make_cuda_ops<GemmInputs::kFp32>();
 constexpr Ops kCudaBf16 = make_cuda_ops<GemmInputs::kBf16>();
 
 }  // namespace
+
+ScratchBytes cuda_scratch_bytes(GemmInputs inputs) { return cuda::scratch_entry(inputs); }
 
 bool cuda_device_available() {
   // Not CHECK_CUDA: failure is the answer here. cudaErrorNoDevice and

@@ -1,7 +1,7 @@
 // src/train/memory_plan.cpp — see memory_plan.h. The model's part comes from model::footprint (its
-// own constructors on a counting table), the optimizer's from its ZeRO shard, the kernels' from
-// their documented working memory; every alternative is the same computation with one choice
-// changed.
+// own constructors on a counting table), the optimiser's from optim::AdamW built on such a model
+// (its moments, and at zero_stage 2 and 3 ZeroUnits's shards and slots), the kernels' from their
+// table's scratch_bytes; every alternative is the same computation with one choice changed.
 #include "train/memory_plan.h"
 
 #include <algorithm>
@@ -10,8 +10,8 @@
 #include <sstream>
 #include <vector>
 
-#include "kernels/attention.h"
 #include "kernels/ops.h"
+#include "optim/zero_units.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"
@@ -33,24 +33,42 @@ std::string gib(size_t bytes) {
 
 namespace {
 
-constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // kernels/cuda/gemm.cu's cuBLASLt workspace
+// The communicator of a planned optimiser: the world size and this rank, which decide every shard.
+// Building optim::AdamW (and ZeroUnits) makes no collective; one that tried would be a bug in the
+// plan, never a result of it.
+class PlanCommunicator final : public comm::Communicator {
+ public:
+  PlanCommunicator(int rank, int world) : rank_(rank), world_(world) {}
+  const char* name() const override { return "memory plan"; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  void allreduce_sum(float*, size_t) override { none("allreduce_sum"); }
+  void reduce_scatter_sum(float*, size_t) override { none("reduce_scatter_sum"); }
+  void all_gather(float*, size_t) override { none("all_gather"); }
+  Ticket start_reduce_scatter_sum(const float*, float*, size_t) override { none("start_reduce_scatter_sum"); }
+  Ticket start_all_gather(const float*, float*, size_t) override { none("start_all_gather"); }
+  void wait(Ticket) override { none("wait"); }
+  void wait_all() override { none("wait_all"); }
+  void allreduce_sum_host(double*, size_t) override { none("allreduce_sum_host"); }
+  void broadcast_host(void*, size_t, int) override { none("broadcast_host"); }
+  void barrier() override { none("barrier"); }
+  [[noreturn]] void abort(int) override { none("abort"); }
 
-// The CUDA path's own working memory beside the model's buffers (kernels/cuda/common.cuh's scratch
-// slots), an estimate from above: the cuBLASLt workspace, bf16 copies of the largest GEMM operands,
-// column partials, the cross-entropy rows, attention's D and the encoder's buckets; with bf16 GEMM
-// inputs also the tensor-core attention's bf16 copies of q, k, v and dO and its tiles' segment ranges.
-size_t cuda_scratch_bytes(const config::ModelDims& d, int B, int T, bool bf16, int head_rows) {
-  const size_t N = size_t(B) * T, widest = std::max<size_t>({size_t(d.C), 2 * size_t(d.F), size_t(d.qkv_dim())});
-  const size_t largest = std::max({N * widest, size_t(d.V) * d.C, size_t(head_rows) * d.V, 2 * size_t(d.F) * d.C});
-  const size_t tiles = (size_t(T) + attention_bf16::kTile - 1) / attention_bf16::kTile;
-  const size_t attention_copies = bf16 && attention_bf16::tensor_cores(d.head_size())
-                                      ? N * (size_t(d.qkv_dim()) + d.attn_dim()) * 2 + size_t(B) * tiles * 8
-                                      : 0;
-  const size_t dout_copy = std::max(N * widest, size_t(head_rows) * (d.V + 7)) * 2;  // matmul_bwd's dout, rounded once
-  const size_t bf16_copies = bf16 ? 2 * largest * 2 + dout_copy + attention_copies : 0;
-  const size_t partials = (N / 128 + 1) * widest * 2 * sizeof(float);
-  return kGemmWorkspaceBytes + bf16_copies + partials + N * 2 * sizeof(double) + size_t(B) * d.NH * T * sizeof(float) +
-         7 * N * sizeof(int32_t);
+ private:
+  [[noreturn]] static void none(const char* call) {
+    die_internal("sftdp", call, "the memory plan builds the optimiser on a communicator that makes no collective",
+                 __FILE__, __LINE__);
+  }
+  int rank_, world_;
+};
+
+ScratchShape scratch_shape(const config::ModelDims& d, int B, int T, int cpu_threads) {
+  ScratchShape s;
+  s.B = B, s.T = T, s.C = d.C, s.F = d.F, s.V = d.V;
+  s.NH = d.NH, s.KVH = d.kv_heads(), s.HS = d.head_size(), s.qkv_dim = d.qkv_dim(), s.attn_dim = d.attn_dim();
+  s.head_rows = model::Model::default_head_chunk_rows(d.V, B * T);
+  s.threads = cpu_threads;
+  return s;
 }
 
 }  // namespace
@@ -62,23 +80,51 @@ std::string MemoryPlan::describe() const {
 
 MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const MemoryChoice& choice, int rank,
                        int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora) {
-  const auto f = model::footprint(d, ops, choice.micro_batch, T, choice.remat, bf16_activations, lora);
+  SFTDP_ASSERT(choice.zero_stage >= 0 && choice.zero_stage <= 3, "plan_memory: zero_stage 0 to 3");
+  const int B = choice.micro_batch;
+  const int model_stage = choice.zero_stage >= 2 ? choice.zero_stage : 0;  // as the trainer makes the model
+  const auto f = model::footprint(d, ops, B, T, choice.remat, bf16_activations, lora, model_stage);
   MemoryPlan p;
-  p.params = f.params, p.grads = f.grads, p.activations = f.activations;
-  const auto layout = lora.enabled() ? model::lora_layout(d, lora) : model::param_layout(d);  // what AdamW updates
-  const optim::ZeroShard shard = choice.zero_stage >= 1 ? optim::zero_shard(layout.total, layout.n_decay, rank, world)
-                                                        : optim::zero_shard(layout.total, layout.n_decay, 0, 1);
-  p.moments = 2 * shard.owned() * sizeof(float);
-  const int head_rows = model::Model::default_head_chunk_rows(d.V, choice.micro_batch * T);
-  if (gpu) {
-    p.other = f.other + cuda_scratch_bytes(d, choice.micro_batch, T, gemm_inputs_bf16(ops), head_rows);
-  } else {
-    // The attention tiles of every thread, and the host copies of a checkpoint (rank 0 gathers the
-    // parameters and both moments; the others copy their parameters for the drift check).
-    p.other = f.other +
-              cpu::attention_scratch_bytes(choice.micro_batch, T, d.NH, d.kv_heads(), d.head_size(), cpu_threads) +
-              (rank == 0 ? 3 : 1) * f.params;
+  p.params = f.params, p.grads = f.grads, p.activations = f.activations, p.other = f.other;
+
+  // The optimiser as the trainer builds it, on a model of the counting table: AdamW's moments, and at
+  // zero_stage 2 and 3 ZeroUnits's master and gradient shards with the unit slots.
+  size_t full_params = 0;  // bytes of one host copy of every parameter (under LoRA the base and the adapters)
+  size_t trainable = 0;    // of one host copy of what AdamW updates (the parameters, or the adapters)
+  {
+    const Ops counting = model::counting_ops(ops);
+    const auto model = model::make_model(d, counting, B, T, choice.remat, bf16_activations, lora, model_stage);
+    trainable = model->trainable_layout().total * sizeof(float);
+    full_params = model->layout().total * sizeof(float) + (model->lora() ? trainable : 0);
+    // The GEMMs' bf16 copy of the full parameters, which the model keeps beside them (Model::bf16_mirrors).
+    if (model->params() && gemm_inputs_bf16(counting)) p.bf16_params = model->layout().total * sizeof(uint16_t);
+    PlanCommunicator comm(rank, world);
+    const size_t before = model::counted_bytes();
+    optim::AdamW opt(*model, comm, choice.zero_stage);
+    const size_t optimiser = model::counted_bytes() - before;
+    p.moments = opt.moment_bytes();
+    size_t zero = 0;
+    if (const optim::ZeroUnits* units = opt.zero_units()) {
+      const optim::ZeroUnits::Bytes& b = units->bytes();
+      p.master_shard = b.master + b.base_shard, p.gathered_units = b.param_slots, p.grad_slots = b.grad_slots;
+      p.params += p.master_shard + p.gathered_units;
+      p.grads += b.grad_shard + b.grad_slots;
+      zero = b.total();
+    }
+    SFTDP_ASSERT(optimiser >= p.moments + zero, "plan_memory: the optimiser allocated less than it holds");
+    p.other += optimiser - p.moments - zero;  // AdamW's device scalar
   }
+
+  p.kernel_scratch = ops.scratch_bytes(scratch_shape(d, B, T, cpu_threads));
+  if (!gpu) {
+    // Host copies, on CPU ranks the same memory as everything else (src/train/run_restore.cpp). Every
+    // rank receives the starting parameters from rank 0 (under LoRA the base too) and keeps them
+    // until it has taken its share; later, at zero_stage 0 to 2, the drift check copies the trainable
+    // parameters. Rank 0 also holds both moments, gathered for each checkpoint or read on a resume.
+    // (A resume broadcasts the moments to every rank for a moment as well: not counted on the others.)
+    p.host_copies = full_params + (rank == 0 ? 2 * trainable : 0);
+  }
+  p.other += p.kernel_scratch + p.host_copies;
   return p;
 }
 
@@ -147,20 +193,30 @@ MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batc
             : "gradient_accumulation_steps: " + std::to_string(ga) + " (" + std::to_string(m) + " rows per micro-step)";
     if (fit({m, now.remat, now.zero_stage}, what)) break;
   }
-  if (now.zero_stage == 0 && world > 1) fit({now.micro_batch, now.remat, 1}, "zero_stage: 1");
+  // Sharding helps only across ranks: the least other stage that fits (on one rank every stage holds
+  // everything, the ZeRO-2/3 shards in addition to what they replace).
+  if (world > 1)
+    for (int stage = 0; stage <= 3; ++stage)
+      if (stage != now.zero_stage && fit({now.micro_batch, now.remat, stage}, "zero_stage: " + std::to_string(stage)))
+        break;
   std::string advice;
   if (!fits.empty()) {
     advice = "would fit: ";
     for (size_t i = 0; i < fits.size(); ++i) advice += (i ? "; " : "") + fits[i];
   } else {
-    const MemoryChoice all{1, true, world > 1 ? 1 : now.zero_stage};
-    const size_t need = plan_of(all).total();
+    // All of them together: remat, one row per micro-step and the stage that needs least.
+    MemoryChoice all{1, true, now.zero_stage};
+    size_t need = plan_of(all).total();
+    if (world > 1)
+      for (int stage = 0; stage <= 3; ++stage)
+        if (const size_t n = plan_of({1, true, stage}).total(); n < need) need = n, all.zero_stage = stage;
+    const std::string together =
+        "remat: true, 1 row per micro-step" + (world > 1 ? " and zero_stage: " + std::to_string(all.zero_stage) : "");
     advice = need <= available.bytes
-                 ? "none of remat: true, fewer rows per micro-step or zero_stage: 1 fits alone; all of them together "
-                   "(1 row per micro-step) need " +
-                       gib(need)
-                 : "nothing fits on this rank, even with remat: true, 1 row per micro-step" +
-                       std::string(world > 1 ? " and zero_stage: 1" : "") + " (" + gib(need) +
+                 ? std::string("none of remat: true, fewer rows per micro-step") +
+                       (world > 1 ? " or another zero_stage" : "") + " fits alone; all of them together (" + together +
+                       ") need " + gib(need)
+                 : "nothing fits on this rank, even with " + together + " (" + gib(need) +
                        "): more ranks, a shorter max_target_length or a smaller model";
   }
   throw UserError("memory: this rank needs " + plan.describe() + " but " + gib(available.bytes) + " is available (" +

@@ -3,8 +3,11 @@
 // kernels' working memory and buffers, against what its node offers it (CPU: /proc/meminfo's
 // MemAvailable shared by the ranks on the node; GPU: cudaMemGetInfo's free bytes on its device).
 // Too much is a UserError (exit 2) with the figures and what would fit — remat: true, fewer rows per
-// micro-step (more gradient_accumulation_steps, or a smaller per_device_batch_size), zero_stage: 1 —
-// instead of the kernel's OOM killer ending the run with no message.
+// micro-step (more gradient_accumulation_steps, or a smaller per_device_batch_size), another
+// zero_stage — instead of the kernel's OOM killer ending the run with no message.
+// The figures are the run's own allocations: the model and optim::AdamW (with ZeRO-2/3's shards and
+// unit slots, optim::ZeroUnits) built by their own constructors on a table that only counts
+// (model::counting_ops), and the kernels' working memory as their Ops table states it.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -21,6 +24,15 @@ namespace sftdp::train {
 
 struct MemoryPlan {
   size_t params = 0, grads = 0, moments = 0, activations = 0, other = 0;  // bytes on this rank
+  // What some of them hold (parts of the figures above, not added to the total), for sft_train
+  // --plan's table. params: the model's full parameters (zero_stage 0 to 2) + master_shard, the fp32
+  // weights of this rank's ZeRO-2/3 shard (and at stage 3 under LoRA the frozen base's) +
+  // gathered_units, the stage-3 slots units are all-gathered into before use (with their bf16
+  // copies). grads: the gradient buffer (0, 1), or at 2 and 3 the shard of the sums + grad_slots, the
+  // per-unit slots backward writes and reduce-scatters. other: kernel_scratch (Ops::scratch_bytes) +
+  // host_copies (CPU ranks: a checkpoint's and the drift check's) + bf16_params (the bf16-GEMM
+  // table's copy of the full parameters, zero_stage 0 to 2) + the model's other buffers.
+  size_t master_shard = 0, gathered_units = 0, grad_slots = 0, kernel_scratch = 0, host_copies = 0, bf16_params = 0;
   size_t total() const { return params + grads + moments + activations + other; }
   std::string describe() const;  // "6.14 GiB (parameters 0.50, gradients 0.50, ...)"
 };
@@ -31,9 +43,10 @@ struct MemoryChoice {
   int zero_stage = 0;
 };
 
-// This rank's plan for a model of dims d on ops's device (no allocation happens).
-// gpu: the kernels' working memory of the CUDA path (cuBLASLt workspace, scratch); else the CPU
-// twins' (attention tiles per thread) and the host copies a checkpoint makes.
+// This rank's plan for a model of dims d on ops's device (no allocation happens): the model and the
+// optimiser of choice.zero_stage as the run builds them, the kernels' working memory as
+// ops.scratch_bytes states it, and unless gpu the host copies of the parameters and moments that
+// checkpoints and the drift check make (CPU ranks: host memory is all they have).
 MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const MemoryChoice& choice, int rank,
                        int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora = {});
 
@@ -52,7 +65,9 @@ Available cpu_memory_available(int ranks_on_node, const std::string& host);
 std::string gib(size_t bytes);
 
 // Throws UserError when the plan of cfg on this rank exceeds what is available, naming both and
-// every single change that would fit. Returns the plan (for the start-up log).
+// every single change that would fit (remat: true; the most rows per micro-step that fit; on more
+// than one rank the least other zero_stage that fits), or what all of them together would need.
+// Returns the plan (for the start-up log).
 MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batch, const config::ModelDims& d,
                         const Ops& ops, const Available& available, int rank, int world, bool gpu, int cpu_threads);
 

@@ -58,8 +58,15 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   // hardware: auto is what this machine would pick; a plan for another cluster names it.
   const bool gpu = cfg.hardware == "gpu" || (cfg.hardware == "auto" && cuda_device_available());
   if (!gpu) check_cpu_dtypes(cfg);
-  Ops ops = cpu_ops();  // the name is the table's identity (gemm_inputs_bf16): the GPU run's, by name
-  if (gpu) ops.name = cfg.dtype == "bfloat16" || cfg.weight_dtype == "bfloat16" ? "cuda-bf16" : "cuda";
+  // The GPU run's table by its identity, its name (gemm_inputs_bf16), and its kernels' working memory;
+  // the counting model of the plan never runs a kernel, so the CPU table's serve for the rest.
+  Ops ops = cpu_ops();
+  if (gpu) {
+    const GemmInputs inputs =
+        cfg.dtype == "bfloat16" || cfg.weight_dtype == "bfloat16" ? GemmInputs::kBf16 : GemmInputs::kFp32;
+    ops.name = inputs == GemmInputs::kBf16 ? "cuda-bf16" : "cuda";
+    ops.scratch_bytes = cuda_scratch_bytes(inputs);
+  }
   const Available available = target_memory(target, gpu, per_node);
   const int threads = cpu_threads_per_rank(per_node);
   const model::LoraSpec lora = model::lora_spec(cfg, dims);
@@ -96,41 +103,56 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
     std::fprintf(out, "plan: weight_dtype bfloat16: the GEMMs read bf16 copies; the parameters themselves are stored "
                       "as float32 (4 bytes each, and so are the gradient sums)\n");
 
-  // Rank 0 holds the most: the checkpoint's host copies (CPU ranks) and, like every rank, one
-  // block of the moments (plus the tail every rank owns).
-  const int stages[] = {0, 1};
+  // Rank 0 holds the most: a checkpoint's host copies (CPU ranks). Its shards are every rank's size (at
+  // zero_stage 1 a block plus the tail every rank owns; at 2 and 3 equal pieces, padded).
+  const int stages[] = {0, 1, 2, 3};
   std::vector<MemoryPlan> at, other;
   for (int s : stages) at.push_back(plan_at(s, cfg.remat)), other.push_back(plan_at(s, !cfg.remat));
-  const auto row = [&](const char* name, auto field) {
-    std::fprintf(out, "| %-34s |", name);
-    for (const MemoryPlan& p : at) std::fprintf(out, " %13s |", gib(field(p)).c_str());
+  const auto cells = [&](const char* name, const std::vector<size_t>& bytes) {
+    std::fprintf(out, "| %-40s |", name);
+    for (size_t b : bytes) std::fprintf(out, " %13s |", gib(b).c_str());
     std::fprintf(out, "\n");
   };
-  std::fprintf(out, "\nrank 0 (it holds the most), remat %s:\n\n| %-34s |", cfg.remat ? "true" : "false", "component");
+  const auto row = [&](const char* name, auto field) {
+    std::vector<size_t> bytes;
+    for (const MemoryPlan& p : at) bytes.push_back(field(p));
+    cells(name, bytes);
+  };
+  std::fprintf(out, "\nrank 0 (it holds the most), remat %s:\n\n| %-40s |", cfg.remat ? "true" : "false", "component");
   for (int s : stages) std::fprintf(out, "  zero_stage %d |", s);
-  std::fprintf(out, "\n|%s|", std::string(36, '-').c_str());
+  std::fprintf(out, "\n|%s|", std::string(42, '-').c_str());
   for (size_t i = 0; i < at.size(); ++i) std::fprintf(out, "%s|", std::string(15, '-').c_str());
   std::fprintf(out, "\n");
   row("parameters", [](const MemoryPlan& p) { return p.params; });
+  row("  of which fp32 master shard (ZeRO-2/3)", [](const MemoryPlan& p) { return p.master_shard; });
+  row("  of which gathered units (ZeRO-3)", [](const MemoryPlan& p) { return p.gathered_units; });
   row("gradient sums", [](const MemoryPlan& p) { return p.grads; });
+  row("  of which unit slots (ZeRO-2/3)", [](const MemoryPlan& p) { return p.grad_slots; });
   row("AdamW moments", [](const MemoryPlan& p) { return p.moments; });
   row("activations", [](const MemoryPlan& p) { return p.activations; });
   row("kernel scratch and buffers", [](const MemoryPlan& p) { return p.other; });
+  row("  of which kernel scratch", [](const MemoryPlan& p) { return p.kernel_scratch; });
+  if (gemm_inputs_bf16(ops))
+    row("  of which bf16 copy of the parameters", [](const MemoryPlan& p) { return p.bf16_params; });
+  if (!gpu) row("  of which host copies (start, checkpoint)", [](const MemoryPlan& p) { return p.host_copies; });
   row("total", [](const MemoryPlan& p) { return p.total(); });
-  if (target.ranks > 1 && !gpu) {  // the others hold one host copy of the parameters, not three
-    std::fprintf(out, "| %-34s |", ("total on ranks 1 to " + std::to_string(target.ranks - 1)).c_str());
-    for (int s : stages) std::fprintf(out, " %13s |", gib(plan_at(s, cfg.remat, 1).total()).c_str());
-    std::fprintf(out, "\n");
+  if (target.ranks > 1 && !gpu) {  // the others hold the starting parameters on the host, not a checkpoint's moments
+    std::vector<size_t> bytes;
+    for (int s : stages) bytes.push_back(plan_at(s, cfg.remat, 1).total());
+    cells(("total on ranks 1 to " + std::to_string(target.ranks - 1)).c_str(), bytes);
   }
   const auto fits = [&](const MemoryPlan& p) { return !available.known ? "?" : p.total() <= available.bytes ? "yes" : "no"; };
-  std::fprintf(out, "| %-34s |", "fits");
+  std::fprintf(out, "| %-40s |", "fits");
   for (const MemoryPlan& p : at) std::fprintf(out, " %13s |", fits(p));
   const std::string alt = std::string("total with remat ") + (cfg.remat ? "false" : "true");
-  std::fprintf(out, "\n| %-34s |", alt.c_str());
+  std::fprintf(out, "\n| %-40s |", alt.c_str());
   for (const MemoryPlan& p : other) std::fprintf(out, " %13s |", gib(p.total()).c_str());
-  std::fprintf(out, "\n| %-34s |", (alt + ": fits").c_str());
+  std::fprintf(out, "\n| %-40s |", (alt + ": fits").c_str());
   for (const MemoryPlan& p : other) std::fprintf(out, " %13s |", fits(p));
-  std::fprintf(out, "\n\nzero_stage 2 and 3 (sharded gradient sums and parameters) are not built yet.\n");
+  std::fprintf(out, "\n\n");
+  if (target.ranks == 1)
+    std::fprintf(out, "plan: on 1 rank zero_stage 1 to 3 shard nothing (2 and 3 add their unit slots, and 2 an fp32 "
+                      "master copy of the parameters)\n");
 
   // The config's own choice, through the real run's check: its log line, or its error.
   const MemoryPlan mine = check_memory(cfg, batch, dims, ops, available, 0, target.ranks, gpu, threads);

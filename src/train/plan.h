@@ -15,9 +15,10 @@ struct PlanTarget {
   double memory_gib = 0;   // --memory-gib: per GPU (hardware gpu) or per node (cpu); 0: this machine's
 };
 
-// Prints the plan to out: the model and batch, a table per component for zero_stage 0 and 1 at the
-// config's remat (and the totals with the other remat), and for the config's own choice the line
-// the real run logs. Returns 0 when it fits; throws the real run's UserError ("memory: this rank
+// Prints the plan to out: the model and batch, a table per component (and what the ZeRO shards,
+// unit slots, kernel scratch and host copies take of them) for zero_stage 0 to 3 at the config's
+// remat, the totals with the other remat, whether each fits, and for the config's own choice the
+// line the real run logs. Returns 0 when it fits; throws the real run's UserError ("memory: this rank
 // needs ... but ... is available ...; would fit: ...") when it does not, or one for a bad config.
 int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* out);
 

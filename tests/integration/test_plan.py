@@ -6,8 +6,11 @@ not be part of, from the real run's own plan, with nothing allocated, no data fi
   model is Mistral's shapes (explicit head_dim, no biases) plus a q_norm and a k_norm of head_dim
   weights per layer.
 - The plan's figures are the real run's: the `memory: this rank needs ...` line of a run on 1 and 2
-  CPU ranks (zero_stage 0 and 1) is the plan's for --ranks 1 and 2; on the CUDA simulator too.
-- What does not fit is the real run's `error: memory:` line, exit 2, with what would fit.
+  CPU ranks (zero_stage 0 to 3) is the plan's for --ranks 1 and 2; on the CUDA simulator too (zero_stage
+  0 on one GPU, 3 on two).
+- What does not fit is the real run's `error: memory:` line, exit 2, with what would fit: the least
+  zero_stage that fits among them. The table has a column per zero_stage, 0 to 3. Llama-3.1-8B at
+  T=4096 with remat fits 8 x 80 GiB at zero_stage 2 and 3, not at 0 or 1.
 - Bad flags are one `error:` line naming the flag, exit 2."""
 import os
 import re
@@ -116,20 +119,25 @@ def needs(text, prefix):
     return m.group(1)
 
 
-@pytest.mark.parametrize("ranks,stage", [(1, 0), (2, 0), (2, 1)])
+@pytest.mark.parametrize("ranks,stage", [(1, 0), (2, 0), (2, 1), (2, 2), (2, 3)])
 def test_the_plan_is_the_real_runs_plan(tmp_path, ranks, stage):
-    cfg = tiny_config(str(tmp_path), zero_stage=stage)
+    # Wide enough (3.2 M parameters) that describe()'s 0.1 MiB tells the stages' shards and slots apart.
+    cfg = tiny_config(str(tmp_path), zero_stage=stage, num_decoder_layers=4, emb_dim=256, mlp_dim=1024, num_heads=4)
     run = run_train(cfg, np_=ranks)
     p = plan(cfg, "--ranks", str(ranks))
     assert p.returncode == 0, p.stdout + p.stderr
     assert needs(p.stdout, "plan: ") == needs(run.stdout + run.stderr, "")
+    assert re.search(r"^\| component +\| +zero_stage 0 \| +zero_stage 1 \| +zero_stage 2 \| +zero_stage 3 \|$",
+                     p.stdout, re.M), p.stdout
+    assert "not built yet" not in p.stdout
 
 
 @pytest.mark.skipif(not simulator_build(), reason="needs the CUDA simulator build")
-def test_the_gpu_plan_is_the_simulated_runs_plan(tmp_path):
-    cfg = tiny_config(str(tmp_path), hardware="gpu", dtype="bfloat16")
-    run = run_train(cfg)
-    p = plan(cfg, "--memory-gib", "16")
+@pytest.mark.parametrize("ranks,stage", [(1, 0), (2, 3)])
+def test_the_gpu_plan_is_the_simulated_runs_plan(tmp_path, ranks, stage):
+    cfg = tiny_config(str(tmp_path), hardware="gpu", dtype="bfloat16", zero_stage=stage)
+    run = run_train(cfg, np_=ranks, env_extra={"SFTDP_SIM_DEVICES": str(ranks)})
+    p = plan(cfg, "--ranks", str(ranks), "--memory-gib", "16")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "(cuda-bf16 kernels)" in p.stdout
     assert needs(p.stdout, "plan: ") == needs(run.stdout + run.stderr, "")
@@ -144,15 +152,25 @@ def test_what_does_not_fit_is_the_real_runs_error(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: memory: this rank needs "), p.stderr
     assert "but 80.00 GiB is available (--memory-gib 80 per GPU)" in lines[0]
-    assert "| AdamW moments" in p.stdout and "zero_stage 1 |" in p.stdout
+    assert "| AdamW moments" in p.stdout and "zero_stage 3 |" in p.stdout
     assert not (tmp_path / "out").exists()
+    # Llama-3.1-8B full fine-tuning at T=4096 with remat, one row per GPU: zero_stage 2 and 3 fit 8 x 80 GiB,
+    # 0 and 1 do not; at zero_stage 0 the error names the least stage that fits.
+    llama = ["per_device_batch_size=1", "global_batch_size=null", "gradient_accumulation_steps=8", "remat=true"]
+    p = plan(cfg, "--ranks", "8", "--memory-gib", "80", overrides=llama + ["zero_stage=3"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^\| fits +\| +no \| +no \| +yes \| +yes \|$", p.stdout, re.M), p.stdout
+    assert re.search(r"^plan: fits \(zero_stage 3, remat true\)$", p.stdout, re.M), p.stdout
+    p = plan(cfg, "--ranks", "8", "--memory-gib", "80", overrides=llama + ["zero_stage=0"])
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert re.search(r"; would fit: zero_stage: 2 \([\d.]+ GiB\)$", p.stderr.strip()), p.stderr
     # The seed's Qwen3-4B run on 8 GPUs (per_device_batch_size 4, GA 4, T=1024) fits at zero_stage 1.
     p = plan(cfg, "--ranks", "8", "--memory-gib", "80",
              overrides=["model_name=qwen3-4b", "max_target_length=1024", "global_batch_size=null",
                         "per_device_batch_size=4", "gradient_accumulation_steps=4", "zero_stage=1"])
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.search(r"^plan: fits \(zero_stage 1, remat false\)$", p.stdout, re.M), p.stdout
-    assert re.search(r"^\| fits +\| +no \| +yes \|$", p.stdout, re.M), p.stdout  # zero_stage 0 would not
+    assert re.search(r"^\| fits +\| +no \| +yes \| +yes \| +yes \|$", p.stdout, re.M), p.stdout  # zero_stage 0 would not
 
 
 @pytest.mark.parametrize("args,key", [(["--ranks", "0"], "--ranks"), (["--ranks", "two"], "--ranks"),
@@ -173,9 +191,10 @@ def test_the_seed_recipe_fits_as_its_comments_say():
     assert p.returncode == 0, p.stdout + p.stderr
     with open(recipe) as f:
         text = f.read()
-    total = re.search(r"^\| total +\| +([\d.]+) GiB \| +([\d.]+) GiB \|$", p.stdout, re.M)
-    remat = re.search(r"^\| total with remat true +\| +[\d.]+ GiB \| +([\d.]+) GiB \|$", p.stdout, re.M)
+    total = re.search(r"^\| total +\| +([\d.]+) GiB \| +([\d.]+) GiB \|( +[\d.]+ GiB \|){2}$", p.stdout, re.M)
+    remat = re.search(r"^\| total with remat true +\| +[\d.]+ GiB \| +([\d.]+) GiB \|( +[\d.]+ GiB \|){2}$",
+                      p.stdout, re.M)
     assert total and remat, p.stdout
     assert f"zero_stage 0: {total.group(1)} GiB" in text and "does not fit" in text
     assert f"zero_stage 1: {total.group(2)} GiB" in text and f"with remat: true {remat.group(1)} GiB" in text
-    assert re.search(r"^\| fits +\| +no \| +yes \|$", p.stdout, re.M), p.stdout
+    assert re.search(r"^\| fits +\| +no \| +yes \| +yes \| +yes \|$", p.stdout, re.M), p.stdout
