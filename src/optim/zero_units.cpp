@@ -346,13 +346,13 @@ void ZeroUnits::scatter(UnitSet set, float* shard, const std::vector<float>& glo
   const auto& us = units(set);
   const auto& plan = plan_of(set);
   SFTDP_ASSERT(global.size() == (us.empty() ? 0 : us.back().end), "ZeRO: a host vector of the wrong size");
-  std::vector<float> mine(plan.total, 0.0f);  // padding stays 0
+  // Straight from the global vector, piece by piece: no host copy of the shard (the memory plan counts
+  // none), and the padding set to 0.
   for (size_t u = 0; u < us.size(); ++u) {
     const UnitShard& p = plan.units[u];
-    const size_t from = plan.piece_begin(u, plan.rank);
-    std::copy_n(global.begin() + static_cast<std::ptrdiff_t>(from), p.held, mine.begin() + static_cast<std::ptrdiff_t>(p.offset));
+    ops_.to_device(shard + p.offset, global.data() + plan.piece_begin(u, plan.rank), p.held * sizeof(float));
+    if (p.held < p.piece) ops_.zero(shard + p.offset + p.held, (p.piece - p.held) * sizeof(float));
   }
-  ops_.to_device(shard, mine.data(), mine.size() * sizeof(float));
 }
 
 void ZeroUnits::load(UnitSet set, const std::vector<float>& host) {
