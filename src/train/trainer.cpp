@@ -232,11 +232,13 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   }
 
   // Rank 0's metrics file is opened at the first line, after step 1 has read and checked its rows.
-  // A fresh run (step 0) starts the file over; a resumed one keeps the lines up to its checkpoint.
+  // A fresh run (step 0) starts the file over; a resumed one keeps the lines up to its checkpoint
+  // (the step it starts from, fixed here: state.step has moved on by the time the file opens).
   std::optional<MetricsWriter> metrics_file;
+  const int64_t keep_lines_up_to = state.step == 0 ? -1 : state.step;
   auto metrics = [&]() -> MetricsWriter* {
     if (comm.rank() != 0) return nullptr;
-    if (!metrics_file) metrics_file.emplace(in.paths.metrics_path, state.step == 0 ? -1 : state.step);
+    if (!metrics_file) metrics_file.emplace(in.paths.metrics_path, keep_lines_up_to);
     return &*metrics_file;
   };
   auto run_eval = [&](int64_t step) {

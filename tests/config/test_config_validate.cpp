@@ -132,10 +132,16 @@ INSTANTIATE_TEST_SUITE_P(
                  "adam_weight_decay: must be >= 0, got -1.0"},
         BadValue{"NegativeClipping", {"gradient_clipping_threshold=-2"},
                  "gradient_clipping_threshold: must be >= 0 (0 = off), got -2.0"},
-        BadValue{"ZeroStageTwo", {"zero_stage=2"}, "zero_stage: must be 0 or 1, got 2"},
+        BadValue{"ZeroStageFour", {"zero_stage=4"}, "zero_stage: must be 0, 1, 2 or 3, got 4"},
+        BadValue{"ZeroStageNegative", {"zero_stage=-1"}, "zero_stage: must be 0, 1, 2 or 3, got -1"},
         BadValue{"OverlapWithZero1", {"allreduce_overlap=true", "zero_stage=1"},
                  "allreduce_overlap: overlaps the zero_stage 0 allreduce only; it cannot be combined "
-                 "with zero_stage: 1 (set one of them to its default)"},
+                 "with zero_stage: 1 (stages 2 and 3 always overlap their reduce-scatters with backward; "
+                 "set one of them to its default)"},
+        BadValue{"OverlapWithZero3", {"allreduce_overlap=true", "zero_stage=3"},
+                 "allreduce_overlap: overlaps the zero_stage 0 allreduce only; it cannot be combined "
+                 "with zero_stage: 3 (stages 2 and 3 always overlap their reduce-scatters with backward; "
+                 "set one of them to its default)"},
         // Checkpoints and logging
         BadValue{"NegativeCheckpointPeriod", {"checkpoint_period=-5"},
                  "checkpoint_period: must be >= 0, got -5"},

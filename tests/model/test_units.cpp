@@ -29,9 +29,9 @@ void expect_tiling(const model::ParamLayout& lay, const std::vector<Unit>& units
   for (const auto& t : lay.tensors) {
     const auto& u = units[model::unit_at(units, t.offset)];
     EXPECT_LE(t.offset + t.numel, u.end) << t.name << " crosses its unit's end";
-    if (u.kind == Unit::kBlock) EXPECT_EQ(t.name.rfind("h." + std::to_string(u.layer) + ".", 0), 0u) << t.name;
-    if (u.kind == Unit::kVectors) EXPECT_FALSE(t.decay) << t.name;
-    if (t.name == "lm_head.weight") EXPECT_EQ(u.kind, Unit::kHead);
+    if (u.kind == Unit::kBlock) { EXPECT_EQ(t.name.rfind("h." + std::to_string(u.layer) + ".", 0), 0u) << t.name; }
+    if (u.kind == Unit::kVectors) { EXPECT_FALSE(t.decay) << t.name; }
+    if (t.name == "lm_head.weight") { EXPECT_EQ(u.kind, Unit::kHead); }
   }
 }
 

@@ -193,7 +193,7 @@ TEST_P(Zero23, FourStepsAreZeroStage0sForEveryFamilyAndLora) {
       EXPECT_EQ(b.weight_sum, a.weight_sum);
       EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-6 * a.grad_norm) << "step " << step;
       const auto p0 = plain.params(), p1 = zero.params();
-      if (c->rank() == 0) EXPECT_LE(rel_diff(p1, p0), step == 1 ? 1e-6 : 1e-5) << "step " << step;
+      if (c->rank() == 0) { EXPECT_LE(rel_diff(p1, p0), step == 1 ? 1e-6 : 1e-5) << "step " << step; }
     }
     const auto [m0, v0] = plain.moments();
     const auto [m1, v1] = zero.moments();
@@ -203,7 +203,7 @@ TEST_P(Zero23, FourStepsAreZeroStage0sForEveryFamilyAndLora) {
     }
     if (k.lora.enabled()) {
       const auto base_after = zero.m->params_to_host();
-      if (c->rank() == 0) EXPECT_EQ(base_after, base_before) << "the frozen base never changes";
+      if (c->rank() == 0) { EXPECT_EQ(base_after, base_before) << "the frozen base never changes"; }
     }
   }
 }
@@ -219,7 +219,7 @@ TEST_P(Zero23, AMicroBatchWithNothingToLearnStillMakesEveryCollective) {
     const auto b = zero.step(cfg, c->rank(), step, /*empty_rank=*/1);
     EXPECT_NEAR(b.loss, a.loss, 1e-6 * std::fabs(a.loss));
     const auto p0 = plain.params(), p1 = zero.params();
-    if (c->rank() == 0) EXPECT_LE(rel_diff(p1, p0), 1e-5) << "step " << step;
+    if (c->rank() == 0) { EXPECT_LE(rel_diff(p1, p0), 1e-5) << "step " << step; }
   }
 }
 
@@ -254,7 +254,7 @@ TEST_P(Zero23, GlobalVectorsSplitIntoShardsAndGatherBackBitForBit) {
   run.opt->set_moments_from_host(m, v);
   const auto p2 = run.params();
   const auto [m2, v2] = run.moments();
-  if (c->rank() == 0 || stage == 2) EXPECT_EQ(p2, p);
+  if (c->rank() == 0 || stage == 2) { EXPECT_EQ(p2, p); }
   if (c->rank() == 0) {
     EXPECT_EQ(m2, m);
     EXPECT_EQ(v2, v);
