@@ -178,11 +178,12 @@ class Residency {
   virtual float* base(size_t offset) = 0;
   virtual float* trainable(size_t offset) = 0;
   virtual float* grad(size_t offset) = 0;
-  // Between passes. zero_grads: the gradient sums of a new step. load: every rank passes the full
-  // vector of a set's layout and keeps what it holds of it. to_host: the full vector (a collective
-  // where the set is sharded: every rank calls it, every rank gets it).
+  // Between passes. zero_grads: the gradient sums of a new step. load_range: floats [begin, begin + n)
+  // of a set's layout, which every rank passes, and each keeps what it holds of them (a whole vector
+  // may so arrive in chunks: no rank needs all of it on the host at once). to_host: the full vector (a
+  // collective where the set is sharded: every rank calls it, rank 0 gets it, the others nothing).
   virtual void zero_grads() = 0;
-  virtual void load(UnitSet set, const std::vector<float>& host) = 0;
+  virtual void load_range(UnitSet set, size_t begin, const float* data, size_t n) = 0;
   virtual std::vector<float> to_host(UnitSet set) = 0;
 };
 
@@ -224,7 +225,10 @@ class Model {
   std::vector<UnitEvent> unit_schedule(bool training) const;
 
   // At zero_stage 3 the host copies go through the residency: set_* takes each rank's share of the
-  // full vector, and *_to_host is a collective (every rank calls it; every rank gets the full vector).
+  // full vector, and *_to_host is a collective (every rank calls it; rank 0 gets the full vector).
+  // The *_range forms take floats [begin, begin + n) of the layout (every rank the same chunk).
+  void set_params_range(size_t begin, const float* data, size_t n);
+  void set_trainable_range(size_t begin, const float* data, size_t n);
   void set_params_from_host(const std::vector<float>& host);
   std::vector<float> params_to_host() const;
   std::vector<float> grads_to_host() const;      // includes the two trailing sums (zero_stage 0, 1)

@@ -96,6 +96,9 @@ class AdamW {
   float* v() { return v_; }
   // m, v: the GLOBAL layout (layout.total floats); this rank keeps its shard of them.
   void set_moments_from_host(const std::vector<float>& m, const std::vector<float>& v);
+  // Floats [begin, begin + n) of the global m (which 0) or v (1), the same on every rank: this rank
+  // keeps its part of them (a resume streams the moments in chunks: restore in run_restore.cpp).
+  void set_moment_range(int which, size_t begin, const float* data, size_t n);
   // The GLOBAL m and v. moments_collective(): a collective (every rank must call it) that uses
   // model.grads() or gradient slots as scratch, so call it only between steps (after apply); only
   // rank 0 receives them (the checkpoint writer), the others get empty vectors and hold no global

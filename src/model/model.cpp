@@ -305,11 +305,23 @@ int32_t* Model::alloc_ints(size_t n) {
   return static_cast<int32_t*>(p);
 }
 
+void Model::set_params_range(size_t begin, const float* data, size_t n) {
+  SFTDP_ASSERT(begin + n <= layout_.total, "parameter range beyond the layout");
+  if (residency_) return residency_->load_range(UnitSet::kBase, begin, data, n);
+  ops_.to_device(params_ + begin, data, n * sizeof(float));
+}
+
+void Model::set_trainable_range(size_t begin, const float* data, size_t n) {
+  if (!lora()) return set_params_range(begin, data, n);
+  SFTDP_ASSERT(begin + n <= lora_layout_.total, "adapter range beyond the layout");
+  if (residency_) return residency_->load_range(UnitSet::kTrainable, begin, data, n);
+  ops_.to_device(lora_params_ + begin, data, n * sizeof(float));
+}
+
 void Model::set_trainable_from_host(const std::vector<float>& host) {
   if (!lora()) return set_params_from_host(host);
   SFTDP_ASSERT(host.size() == lora_layout_.total, "adapter buffer size mismatch");
-  if (residency_) return residency_->load(UnitSet::kTrainable, host);
-  ops_.to_device(lora_params_, host.data(), host.size() * sizeof(float));
+  set_trainable_range(0, host.data(), host.size());
 }
 
 std::vector<float> Model::trainable_to_host() const {
@@ -322,8 +334,7 @@ std::vector<float> Model::trainable_to_host() const {
 
 void Model::set_params_from_host(const std::vector<float>& host) {
   SFTDP_ASSERT(host.size() == layout_.total, "parameter buffer size mismatch");
-  if (residency_) return residency_->load(UnitSet::kBase, host);
-  ops_.to_device(params_, host.data(), host.size() * sizeof(float));
+  set_params_range(0, host.data(), host.size());
 }
 
 std::vector<float> Model::params_to_host() const {

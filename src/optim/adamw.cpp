@@ -57,17 +57,23 @@ size_t AdamW::owned_floats() const { return zero_ ? zero_->plan().total : shard_
 void AdamW::set_moments_from_host(const std::vector<float>& m, const std::vector<float>& v) {
   const size_t n = model_.trainable_layout().total;
   SFTDP_ASSERT(m.size() == n && v.size() == n, "moment buffer size mismatch");
-  if (zero_) {
-    zero_->shard_from_host(m_, m);
-    zero_->shard_from_host(v_, v);
-    return;
-  }
+  set_moment_range(0, 0, m.data(), n);
+  set_moment_range(1, 0, v.data(), n);
+}
+
+void AdamW::set_moment_range(int which, size_t begin, const float* data, size_t n) {
+  SFTDP_ASSERT(begin + n <= model_.trainable_layout().total, "moment range beyond the layout");
+  float* mine = which == 0 ? m_ : v_;
+  if (zero_) return zero_->shard_from_range(mine, begin, data, n);
+  // ZeroShard: this rank's block at mine[0, block), the tail after it (zero_stage 0: one block, all).
   const Ops& o = model_.ops();
   const ZeroShard& s = shard_;
-  o.to_device(m_, m.data() + s.begin, s.block * sizeof(float));
-  o.to_device(v_, v.data() + s.begin, s.block * sizeof(float));
-  o.to_device(m_ + s.block, m.data() + s.tail_begin, s.tail * sizeof(float));
-  o.to_device(v_ + s.block, v.data() + s.tail_begin, s.tail * sizeof(float));
+  auto take = [&](size_t piece_begin, size_t piece_len, float* dst) {
+    const size_t lo = std::max(piece_begin, begin), hi = std::min(piece_begin + piece_len, begin + n);
+    if (lo < hi) o.to_device(dst + (lo - piece_begin), data + (lo - begin), (hi - lo) * sizeof(float));
+  };
+  take(s.begin, s.block, mine);
+  take(s.tail_begin, s.tail, mine + s.block);
 }
 
 // Sharded: every rank's block through the gradient buffer (free between steps), all-gathered

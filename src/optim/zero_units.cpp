@@ -342,27 +342,31 @@ std::vector<float> ZeroUnits::gather(UnitSet set, const float* shard) {
   return out;
 }
 
-void ZeroUnits::scatter(UnitSet set, float* shard, const std::vector<float>& global) {
+// Straight from the range, piece by piece: no host copy of the shard (the memory plan counts none).
+// The padding of every unit the range touches is set to 0.
+void ZeroUnits::scatter(UnitSet set, float* shard, size_t begin, const float* data, size_t n) {
   const auto& us = units(set);
   const auto& plan = plan_of(set);
-  SFTDP_ASSERT(global.size() == (us.empty() ? 0 : us.back().end), "ZeRO: a host vector of the wrong size");
-  // Straight from the global vector, piece by piece: no host copy of the shard (the memory plan counts
-  // none), and the padding set to 0.
+  SFTDP_ASSERT(begin + n <= (us.empty() ? 0 : us.back().end), "ZeRO: a range beyond the layout");
+  const size_t end = begin + n;
   for (size_t u = 0; u < us.size(); ++u) {
+    if (us[u].end <= begin || us[u].begin >= end) continue;
     const UnitShard& p = plan.units[u];
-    ops_.to_device(shard + p.offset, global.data() + plan.piece_begin(u, plan.rank), p.held * sizeof(float));
+    const size_t mine = plan.piece_begin(u, plan.rank);  // this rank's floats [mine, mine + held)
+    const size_t lo = std::max(mine, begin), hi = std::min(mine + p.held, end);
+    if (lo < hi) ops_.to_device(shard + p.offset + (lo - mine), data + (lo - begin), (hi - lo) * sizeof(float));
     if (p.held < p.piece) ops_.zero(shard + p.offset + p.held, (p.piece - p.held) * sizeof(float));
   }
 }
 
-void ZeroUnits::load(UnitSet set, const std::vector<float>& host) {
+void ZeroUnits::load_range(UnitSet set, size_t begin, const float* data, size_t n) {
   drop_gathered();
   set = real(set);
   if (stage_ == 2) {  // the replicated buffer, and for the trainable set its master shard
-    ops_.to_device(full_buffer(set), host.data(), host.size() * sizeof(float));
+    ops_.to_device(full_buffer(set) + begin, data, n * sizeof(float));
     if (set == UnitSet::kBase) return;
   }
-  scatter(set, shard_of(set), host);
+  scatter(set, shard_of(set), begin, data, n);
 }
 
 std::vector<float> ZeroUnits::to_host(UnitSet set) {

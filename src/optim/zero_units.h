@@ -49,8 +49,10 @@ class ZeroUnits final : public model::Residency {
   // A buffer in the trainable shard's layout (a moment) in the global layout: a collective; rank 0
   // receives the vector, the others an empty one. And back: every rank passes the global vector.
   std::vector<float> shard_to_host(const float* shard) { return gather(model::UnitSet::kTrainable, shard); }
-  void shard_from_host(float* shard, const std::vector<float>& global) {
-    scatter(model::UnitSet::kTrainable, shard, global);
+  // Floats [begin, begin + n) of the global layout (every rank passes the same): this rank's part of
+  // them into the shard-layout buffer.
+  void shard_from_range(float* shard, size_t begin, const float* data, size_t n) {
+    scatter(model::UnitSet::kTrainable, shard, begin, data, n);
   }
   // Device bytes held here, by what they hold (the log and the memory plan, which builds this on a
   // counting table: train/memory_plan.cpp): the master shard and (stage 3, LoRA) the frozen base's
@@ -75,7 +77,7 @@ class ZeroUnits final : public model::Residency {
   float* trainable(size_t offset) override;
   float* grad(size_t offset) override;
   void zero_grads() override;
-  void load(model::UnitSet set, const std::vector<float>& host) override;
+  void load_range(model::UnitSet set, size_t begin, const float* data, size_t n) override;
   std::vector<float> to_host(model::UnitSet set) override;
 
  private:
@@ -114,7 +116,7 @@ class ZeroUnits final : public model::Residency {
   void drain(Slot& s);       // a finished reduce-scatter added into the shard
   Slot* summing_slot(size_t unit);
   std::vector<float> gather(model::UnitSet set, const float* shard);
-  void scatter(model::UnitSet set, float* shard, const std::vector<float>& global);
+  void scatter(model::UnitSet set, float* shard, size_t begin, const float* data, size_t n);
   float* full_buffer(model::UnitSet set);  // stage 2: the model's replicated buffer of the set
 
   model::Model& model_;

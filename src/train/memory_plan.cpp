@@ -62,6 +62,9 @@ class PlanCommunicator final : public comm::Communicator {
   int rank_, world_;
 };
 
+// run_restore.cpp's stream_from_rank0: the host buffer each rank receives a starting vector in.
+constexpr size_t kRestoreChunkBytes = (size_t{16} << 20) * sizeof(float);
+
 ScratchShape scratch_shape(const config::ModelDims& d, int B, int T, int cpu_threads) {
   ScratchShape s;
   s.B = B, s.T = T, s.C = d.C, s.F = d.F, s.V = d.V;
@@ -117,12 +120,14 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
 
   p.kernel_scratch = ops.scratch_bytes(scratch_shape(d, B, T, cpu_threads));
   if (!gpu) {
-    // Host copies, on CPU ranks the same memory as everything else (src/train/run_restore.cpp). Every
-    // rank receives the starting parameters from rank 0 (under LoRA the base too) and keeps them
-    // until it has taken its share; later, at zero_stage 0 to 2, the drift check copies the trainable
-    // parameters. Rank 0 also holds both moments, gathered for each checkpoint or read on a resume.
-    // (A resume broadcasts the moments to every rank for a moment as well: not counted on the others.)
-    p.host_copies = full_params + (rank == 0 ? 2 * trainable : 0);
+    // Host copies, on CPU ranks the same memory as everything else (src/train/run_restore.cpp). Rank 0
+    // reads the starting parameters (under LoRA the base too) and, on a resume, both moments, and holds
+    // both moments for each checkpoint; the others receive them in chunks of at most 64 MiB (restore's
+    // stream_from_rank0) and, at zero_stage 0 to 2 on more than one rank, copy the trainable parameters
+    // for the drift check (param_check_period).
+    const size_t chunk = std::min(full_params, kRestoreChunkBytes);
+    const size_t drift = choice.zero_stage < 3 && world > 1 ? trainable : 0;
+    p.host_copies = rank == 0 ? full_params + 2 * trainable + chunk : std::max(chunk, drift);
   }
   p.other += p.kernel_scratch + p.host_copies;
   return p;

@@ -1,7 +1,9 @@
 // src/train/run_restore.cpp — see run_state.h: what a run starts from (restore: a checkpoint, the
 // base and adapters of a LoRA run, load_parameters_path or a seeded init) and what it leaves behind
 // (save_checkpoint, export_hf_dir).
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,9 +18,20 @@ namespace fs = std::filesystem;
 namespace sftdp::train {
 
 namespace {
-void broadcast_floats(comm::Communicator& comm, std::vector<float>& v, size_t n) {
-  v.resize(n);
-  comm.broadcast_host(v.data(), n * sizeof(float), 0);
+// Rank 0's vector of n floats to every rank in chunks of at most kStreamFloats (64 MiB): `take` sees
+// each chunk on every rank, which keeps only what it holds of it (its ZeRO shard, or all of it). No
+// rank but 0 so holds the whole vector on the host (a ZeRO-3 rank of an 8B model would otherwise hold
+// 3 × 32 GB on a resume, and every rank of a node at once).
+constexpr size_t kStreamFloats = size_t{16} << 20;
+void stream_from_rank0(comm::Communicator& comm, const std::vector<float>& v, size_t n,
+                       const std::function<void(size_t begin, const float* data, size_t len)>& take) {
+  std::vector<float> chunk(std::min(n, kStreamFloats));
+  for (size_t begin = 0; begin < n; begin += kStreamFloats) {
+    const size_t len = std::min(kStreamFloats, n - begin);
+    if (comm.rank() == 0) std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(begin), len, chunk.begin());
+    comm.broadcast_host(chunk.data(), len * sizeof(float), 0);
+    take(begin, chunk.data(), len);
+  }
 }
 
 // The checkpoint's cursor counted steps of its own G; re-express it in this run's G.
@@ -102,23 +115,21 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
     checkpoint::remove_unfinished_writes(paths.checkpoint_dir);
   });
   const size_t n = model.trainable_layout().total;
-  broadcast_floats(comm, params, n);
-  if (lora) {
-    broadcast_floats(comm, base, model.layout().total);
-    model.set_params_from_host(base);
-  }
+  if (lora)
+    stream_from_rank0(comm, base, model.layout().total,
+                      [&](size_t b, const float* d, size_t len) { model.set_params_range(b, d, len); });
   comm.broadcast_host(&resumed, sizeof resumed, 0);
   if (resumed) {
-    broadcast_floats(comm, m, n);
-    broadcast_floats(comm, v, n);
+    for (int which : {0, 1})
+      stream_from_rank0(comm, which == 0 ? m : v, n,
+                        [&](size_t b, const float* d, size_t len) { opt.set_moment_range(which, b, d, len); });
     int64_t cursor[4] = {state.step, state.epoch, state.step_in_epoch, state.optimizer_updates};
     comm.broadcast_host(cursor, sizeof cursor, 0);
     state.step = cursor[0], state.epoch = cursor[1], state.step_in_epoch = cursor[2];
     state.optimizer_updates = cursor[3];
-    opt.set_moments_from_host(m, v);
   }
   state.global_batch = global_batch;
-  model.set_trainable_from_host(params);
+  stream_from_rank0(comm, params, n, [&](size_t b, const float* d, size_t len) { model.set_trainable_range(b, d, len); });
   return state;
 }
 

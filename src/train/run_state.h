@@ -1,7 +1,8 @@
 // src/train/run_state.h — where a run starts and what it leaves behind: rank 0 reads the starting
 // state (newest checkpoint, load_parameters_path or seeded init), checks the output directory, and
-// every rank receives the same parameters, global moments (each keeps its ZeRO-1 shard of them)
-// and data cursor; rank 0 writes checkpoints, always in the global layout.
+// every rank receives the same parameters, global moments and data cursor — the vectors streamed in
+// 64 MiB chunks, of which each rank keeps its ZeRO shard (or all of them); rank 0 writes
+// checkpoints, always in the global layout.
 #pragma once
 #include <functional>
 

@@ -10,7 +10,9 @@
 // - a rank whose micro-batch has no weighted token still makes every collective (the schedule is
 //   replayed without kernels) and the step equals zero_stage 0's;
 // - two runs of the same stage are bitwise equal; global moments and parameters split into shards
-//   and gathered back bit for bit; the shard is 1/world of the parameters plus padding.
+//   and gathered back bit for bit; the shard is 1/world of the parameters plus padding;
+// - at every stage 0-3, parameters and moments loaded in chunks of any size (as restore streams them)
+//   are what loading the whole vectors gives.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -275,3 +277,34 @@ TEST_P(Zero23, GlobalVectorsSplitIntoShardsAndGatherBackBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, Zero23, ::testing::Values(2, 3),
                          [](const ::testing::TestParamInfo<int>& i) { return "zero_stage" + std::to_string(i.param); });
+
+// restore streams the starting vectors in chunks (run_restore.cpp's stream_from_rank0): loading any
+// chunking of the global parameters and moments, at any stage, holds what loading them whole holds.
+TEST(ZeroRanges, ChunksOfAnySizeLoadWhatTheWholeVectorLoads) {
+  auto c = comm::make_mpi_communicator();
+  const auto d = llama_dims();
+  for (int stage : {0, 1, 2, 3}) {
+    Trained run(*c, d, stage, 1);
+    const size_t n = run.m->trainable_layout().total;
+    const auto p = test::uniform(n, 70), m = test::uniform(n, 71), v = test::uniform(n, 72, 0.f, 1.f);
+    for (size_t chunk : {size_t(7), size_t(1000), n}) {
+      for (size_t b = 0; b < n; b += chunk) {
+        const size_t len = std::min(chunk, n - b);
+        run.m->set_trainable_range(b, p.data() + b, len);
+        run.opt->set_moment_range(0, b, m.data() + b, len);
+        run.opt->set_moment_range(1, b, v.data() + b, len);
+      }
+      const auto p2 = run.params();
+      const auto [m2, v2] = run.moments();
+      if (c->rank() == 0) {
+        EXPECT_EQ(p2, p) << "zero_stage " << stage << ", chunks of " << chunk;
+        EXPECT_EQ(m2, m) << "zero_stage " << stage << ", chunks of " << chunk;
+        EXPECT_EQ(v2, v) << "zero_stage " << stage << ", chunks of " << chunk;
+      }
+      // Wipe them for the next chunking, so that a float it failed to load would show.
+      const std::vector<float> zeros(n, 0.0f);
+      run.m->set_trainable_from_host(zeros);
+      run.opt->set_moments_from_host(zeros, zeros);
+    }
+  }
+}
