@@ -121,7 +121,7 @@ class AdamW {
  private:
   void allocate(size_t floats);
   void gather_moment(const float* mine, std::vector<float>& out);
-  StepStats apply_units(const config::Config& cfg, double lr, int t);  // zero_stage 2/3
+  double sum_squares(const float* x, size_t n);  // of n device floats, on the host (0 for none)
   model::Model& model_;
   comm::Communicator* comm_ = nullptr;
   bool sharded_ = false;

@@ -2,7 +2,8 @@
 // read the global loss and weight sums, skip when the weight sum is 0, global grad norm of g/W,
 // clip, one fused AdamW whose grad_scale folds 1/W and the clip factor (no extra pass over the
 // gradients). Under ZeRO-1 the same update runs on this rank's ZeroShard only (block, then tail),
-// and an all-gather of the parameters follows.
+// and an all-gather of the parameters follows; under ZeRO-2/3 on the UnitShards shard of ZeroUnits
+// (master weights, gradient sums), whose publish() takes the masters back to the model.
 #include <algorithm>
 #include <cmath>
 
@@ -122,13 +123,19 @@ void AdamW::reduce_gradients() {
   comm_->allreduce_sum(g + shard_.tail_begin, shard_.tail + 2);
 }
 
-StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
-  if (zero_) return apply_units(cfg, lr, t);
+double AdamW::sum_squares(const float* x, size_t n) {
+  if (n == 0) return 0.0;
   const Ops& o = model_.ops();
-  const auto& lay = model_.trainable_layout();
-  const ZeroShard& sh = shard_;
+  float r = 0;
+  o.sum_squares(scratch_, x, n);
+  o.to_host(&r, scratch_, sizeof r);
+  return double(r);
+}
+
+StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
+  const Ops& o = model_.ops();
   float sums[2];
-  o.to_host(sums, model_.grads() + lay.total, sizeof sums);
+  o.to_host(sums, model_.sums(), sizeof sums);
   StepStats s;
   s.weight_sum = sums[1];
   if (!(s.weight_sum > 0)) {  // no token counted anywhere: nothing to learn from
@@ -136,17 +143,17 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
     return s;
   }
   s.loss = double(sums[0]) / s.weight_sum;
+  // The global norm: the sum of squares of this rank's part, summed across ranks where parts differ.
+  // zero_stage 2/3: the unit shard (its padding holds zeros); 1: the block, then the tail that every
+  // rank holds added once; 0: the whole buffer, the same on every rank.
+  const ZeroShard& sh = shard_;
   double sumsq = 0;
-  auto sum_squares = [&](const float* x, size_t n) {
-    if (n == 0) return 0.0;
-    float r = 0;
-    o.sum_squares(scratch_, x, n);
-    o.to_host(&r, scratch_, sizeof r);
-    return double(r);
-  };
-  if (!sharded_) {
-    sumsq = sum_squares(model_.grads(), lay.total);
-  } else {  // blocks: one partial per rank, summed across ranks; the tail once, on every rank
+  if (zero_) {
+    sumsq = sum_squares(zero_->grad_sums(), zero_->plan().total);
+    comm_->allreduce_sum_host(&sumsq, 1);
+  } else if (!sharded_) {
+    sumsq = sum_squares(model_.grads(), model_.trainable_layout().total);
+  } else {
     sumsq = sum_squares(model_.grads() + sh.begin, sh.block);
     comm_->allreduce_sum_host(&sumsq, 1);
     sumsq += sum_squares(model_.grads() + sh.tail_begin, sh.tail);
@@ -160,59 +167,23 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   if (cfg.gradient_clipping_threshold > 0 && s.grad_norm > cfg.gradient_clipping_threshold)
     clip = cfg.gradient_clipping_threshold / s.grad_norm;
   const float grad_scale = static_cast<float>(clip / s.weight_sum);
-  auto update = [&](size_t begin, float* m, float* v, size_t n, size_t n_decay) {
+  auto update = [&](float* params, float* m, float* v, const float* g, size_t n, size_t n_decay) {
     if (n == 0) return;
-    o.adamw_update(model_.trainable_params() + begin, m, v, model_.grads() + begin, n, n_decay, static_cast<float>(lr),
-                   static_cast<float>(cfg.adam_b1), static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
+    o.adamw_update(params, m, v, g, n, n_decay, static_cast<float>(lr), static_cast<float>(cfg.adam_b1),
+                   static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
                    static_cast<float>(cfg.adam_weight_decay), t, grad_scale);
   };
-  update(sh.begin, m_, v_, sh.block, sh.decay_block);
-  update(sh.tail_begin, m_ + sh.block, v_ + sh.block, sh.tail, sh.decay_tail);
-  if (sharded_) comm_->all_gather(model_.trainable_params(), sh.block);
-  return s;
-}
-
-}  // namespace sftdp::optim
-
-namespace sftdp::optim {
-
-// zero_stage 2/3: the same update on this rank's UnitShards shard — the gradient sums' shard (the
-// padding holds zeros and adds nothing to the norm), the master weights, m and v — in one fused call
-// (the decayed units come first), then the masters go back to the model (ZeroUnits::publish).
-StepStats AdamW::apply_units(const config::Config& cfg, double lr, int t) {
-  const Ops& o = model_.ops();
-  float sums[2];
-  o.to_host(sums, model_.sums(), sizeof sums);
-  StepStats s;
-  s.weight_sum = sums[1];
-  if (!(s.weight_sum > 0)) {
-    s.skipped = true;
+  if (zero_) {  // one fused update of the shard (decayed units first), then the masters to the model
+    const UnitShards& plan = zero_->plan();
+    update(zero_->master(), m_, v_, zero_->grad_sums(), plan.total, plan.decayed);
+    zero_->publish();
     return s;
   }
-  s.loss = double(sums[0]) / s.weight_sum;
-  const UnitShards& plan = zero_->plan();
-  double sumsq = 0;
-  if (plan.total > 0) {
-    float r = 0;
-    o.sum_squares(scratch_, zero_->grad_sums(), plan.total);
-    o.to_host(&r, scratch_, sizeof r);
-    sumsq = r;
-  }
-  comm_->allreduce_sum_host(&sumsq, 1);
-  s.grad_norm = std::sqrt(sumsq) / s.weight_sum;
-  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
-    s.nonfinite = true;
-    return s;
-  }
-  double clip = 1.0;
-  if (cfg.gradient_clipping_threshold > 0 && s.grad_norm > cfg.gradient_clipping_threshold)
-    clip = cfg.gradient_clipping_threshold / s.grad_norm;
-  const float grad_scale = static_cast<float>(clip / s.weight_sum);
-  if (plan.total > 0)
-    o.adamw_update(zero_->master(), m_, v_, zero_->grad_sums(), plan.total, plan.decayed, static_cast<float>(lr),
-                   static_cast<float>(cfg.adam_b1), static_cast<float>(cfg.adam_b2), static_cast<float>(cfg.adam_eps),
-                   static_cast<float>(cfg.adam_weight_decay), t, grad_scale);
-  zero_->publish();
+  float* p = model_.trainable_params();
+  float* g = model_.grads();
+  update(p + sh.begin, m_, v_, g + sh.begin, sh.block, sh.decay_block);
+  update(p + sh.tail_begin, m_ + sh.block, v_ + sh.block, g + sh.tail_begin, sh.tail, sh.decay_tail);
+  if (sharded_) comm_->all_gather(p, sh.block);
   return s;
 }
 

@@ -240,22 +240,22 @@ void ZeroUnits::drop_gathered() {
 }
 
 float* ZeroUnits::base(size_t offset) {
-  if (stage_ == 2) return model_.params() + offset;
-  const size_t u = model::unit_at(units(UnitSet::kBase), offset);
-  Slot* s = resident(UnitSet::kBase, u);
-  SFTDP_ASSERT(s != nullptr, "ZeRO: a parameter read outside the units in use (offset " + std::to_string(offset) + ")");
-  ready(*s);
-  return s->buf + (offset - units(UnitSet::kBase)[u].begin);
+  return stage_ == 2 ? model_.params() + offset : gathered(UnitSet::kBase, offset);
 }
 
 float* ZeroUnits::trainable(size_t offset) {
   if (!lora_) return base(offset);
-  if (stage_ == 2) return model_.trainable_params() + offset;
-  const size_t u = model::unit_at(units(UnitSet::kTrainable), offset);
-  Slot* s = resident(UnitSet::kTrainable, u);
-  SFTDP_ASSERT(s != nullptr, "ZeRO: an adapter read outside the units in use (offset " + std::to_string(offset) + ")");
-  ready(*s);
-  return s->buf + (offset - units(UnitSet::kTrainable)[u].begin);
+  return stage_ == 2 ? model_.trainable_params() + offset : gathered(UnitSet::kTrainable, offset);
+}
+
+float* ZeroUnits::gathered(UnitSet set, size_t offset) {
+  const auto& us = units(set);
+  const size_t u = model::unit_at(us, offset);
+  Slot* s = resident(set, u);
+  SFTDP_ASSERT(s != nullptr, std::string("ZeRO: a ") + name_of(set) + " parameter read outside the units in use (offset " +
+                                 std::to_string(offset) + ")");
+  ready(*s);  // the vectors' unit has no use(): its gather is waited for at its first read
+  return s->buf + (offset - us[u].begin);
 }
 
 // ---- gradient sums -------------------------------------------------------------------------

@@ -109,6 +109,7 @@ class ZeroUnits final : public model::Residency {
   Slot* free_slot(model::UnitSet set, size_t unit, size_t keep);  // LRU of the unit's pool, not `keep`
   Slot& start_gather(model::UnitSet set, size_t unit, size_t keep);  // into a free slot (not `keep`)
   void ready(Slot& s);       // the gather waited for
+  float* gathered(model::UnitSet set, size_t offset);  // stage 3: the tensor in its unit's slot
   void prefetch(model::UnitSet set);
   void drop_gathered();
   // Gradient slots.

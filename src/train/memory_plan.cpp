@@ -15,6 +15,7 @@
 #include "sftdp/check.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"
+#include "train/run_state.h"
 #ifdef SFTDP_WITH_CUDA
 #include "sftdp/check_cuda.h"
 #endif
@@ -33,9 +34,7 @@ std::string gib(size_t bytes) {
 
 namespace {
 
-// The communicator of a planned optimiser: the world size and this rank, which decide every shard.
-// Building optim::AdamW (and ZeroUnits) makes no collective; one that tried would be a bug in the
-// plan, never a result of it.
+// world_only_communicator's: a collective on it would be a bug in the plan, never a result of it.
 class PlanCommunicator final : public comm::Communicator {
  public:
   PlanCommunicator(int rank, int world) : rank_(rank), world_(world) {}
@@ -62,8 +61,6 @@ class PlanCommunicator final : public comm::Communicator {
   int rank_, world_;
 };
 
-// run_restore.cpp's stream_from_rank0: the host buffer each rank receives a starting vector in.
-constexpr size_t kRestoreChunkBytes = (size_t{16} << 20) * sizeof(float);
 
 ScratchShape scratch_shape(const config::ModelDims& d, int B, int T, int cpu_threads) {
   ScratchShape s;
@@ -75,6 +72,10 @@ ScratchShape scratch_shape(const config::ModelDims& d, int B, int T, int cpu_thr
 }
 
 }  // namespace
+
+std::unique_ptr<comm::Communicator> world_only_communicator(int rank, int world) {
+  return std::make_unique<PlanCommunicator>(rank, world);
+}
 
 std::string MemoryPlan::describe() const {
   return gib(total()) + " (parameters " + gib(params) + ", gradient sums " + gib(grads) + ", AdamW moments " +
@@ -101,9 +102,9 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
     full_params = model->layout().total * sizeof(float) + (model->lora() ? trainable : 0);
     // The GEMMs' bf16 copy of the full parameters, which the model keeps beside them (Model::bf16_mirrors).
     if (model->params() && gemm_inputs_bf16(counting)) p.bf16_params = model->layout().total * sizeof(uint16_t);
-    PlanCommunicator comm(rank, world);
+    const auto comm = world_only_communicator(rank, world);
     const size_t before = model::counted_bytes();
-    optim::AdamW opt(*model, comm, choice.zero_stage);
+    optim::AdamW opt(*model, *comm, choice.zero_stage);
     const size_t optimiser = model::counted_bytes() - before;
     p.moments = opt.moment_bytes();
     size_t zero = 0;
@@ -125,7 +126,7 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
     // both moments for each checkpoint; the others receive them in chunks of at most 64 MiB (restore's
     // stream_from_rank0) and, at zero_stage 0 to 2 on more than one rank, copy the trainable parameters
     // for the drift check (param_check_period).
-    const size_t chunk = std::min(full_params, kRestoreChunkBytes);
+    const size_t chunk = std::min(full_params, kRestoreChunkFloats * sizeof(float));
     const size_t drift = choice.zero_stage < 3 && world > 1 ? trainable : 0;
     p.host_copies = rank == 0 ? full_params + 2 * trainable + chunk : std::max(chunk, drift);
   }

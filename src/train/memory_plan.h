@@ -10,6 +10,7 @@
 // (model::counting_ops), and the kernels' working memory as their Ops table states it.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "sftdp/comm.h"
@@ -42,6 +43,11 @@ struct MemoryChoice {
   bool remat = false;
   int zero_stage = 0;
 };
+
+// A Communicator that only answers rank() and world(): what a planned optimiser is built on (AdamW and
+// ZeroUnits make no collective in their constructors, and their shards depend on nothing else). Any
+// collective on it is an internal error: a plan never communicates.
+std::unique_ptr<comm::Communicator> world_only_communicator(int rank, int world);
 
 // This rank's plan for a model of dims d on ops's device (no allocation happens): the model and the
 // optimiser of choice.zero_stage as the run builds them, the kernels' working memory as

@@ -18,16 +18,15 @@ namespace fs = std::filesystem;
 namespace sftdp::train {
 
 namespace {
-// Rank 0's vector of n floats to every rank in chunks of at most kStreamFloats (64 MiB): `take` sees
+// Rank 0's vector of n floats to every rank in chunks of at most kRestoreChunkFloats: `take` sees
 // each chunk on every rank, which keeps only what it holds of it (its ZeRO shard, or all of it). No
 // rank but 0 so holds the whole vector on the host (a ZeRO-3 rank of an 8B model would otherwise hold
 // 3 × 32 GB on a resume, and every rank of a node at once).
-constexpr size_t kStreamFloats = size_t{16} << 20;
 void stream_from_rank0(comm::Communicator& comm, const std::vector<float>& v, size_t n,
                        const std::function<void(size_t begin, const float* data, size_t len)>& take) {
-  std::vector<float> chunk(std::min(n, kStreamFloats));
-  for (size_t begin = 0; begin < n; begin += kStreamFloats) {
-    const size_t len = std::min(kStreamFloats, n - begin);
+  std::vector<float> chunk(std::min(n, kRestoreChunkFloats));
+  for (size_t begin = 0; begin < n; begin += kRestoreChunkFloats) {
+    const size_t len = std::min(kRestoreChunkFloats, n - begin);
     if (comm.rank() == 0) std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(begin), len, chunk.begin());
     comm.broadcast_host(chunk.data(), len * sizeof(float), 0);
     take(begin, chunk.data(), len);

@@ -4,6 +4,7 @@
 // 64 MiB chunks, of which each rank keeps its ZeRO shard (or all of them); rank 0 writes
 // checkpoints, always in the global layout.
 #pragma once
+#include <cstddef>
 #include <functional>
 
 #include "sftdp/checkpoint.h"
@@ -26,6 +27,10 @@ void or_abort_job(comm::Communicator& comm, const std::function<void()>& fn);
 // Rank 0 checks that the run directory can be written (and, with resume=false, that it holds no
 // checkpoints to be confused with this run's); every rank sees the verdict.
 void check_output_directory(const config::Config& cfg, const RunPaths& paths, comm::Communicator& comm);
+
+// restore streams each starting vector from rank 0 in chunks of this many floats (64 MiB): the most
+// of it a rank other than 0 holds on the host (the memory plan counts it).
+inline constexpr size_t kRestoreChunkFloats = size_t{16} << 20;
 
 // The starting state, identical on every rank. Rank 0 resumes from the newest checkpoint that
 // loads (checkpoint::load_newest: damaged newer ones are moved aside with a warning; none loading

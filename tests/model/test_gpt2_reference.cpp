@@ -3,28 +3,16 @@
 // loss sum, the weight sum and every gradient tensor, with and without packed segments, and with
 // the fused LM head in chunks of 4 gathered positions (crossing rows of T = 10).
 #include <gtest/gtest.h>
-#include <hdf5.h>
 
-#include <nlohmann/json.hpp>
-
+#include "common/reference_gpt2.h"
 #include "common/test_util.h"
 #include "kernels/ops.h"
 #include "model/model_fixtures.h"
-#include "sftdp/checkpoint.h"
 #include "sftdp/model.h"
 
 using namespace sftdp;
 
 namespace {
-
-void add_int_attr(const std::string& path, const char* name, int value) {
-  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  ASSERT_GE(f, 0);
-  hid_t s = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(f, name, H5T_NATIVE_INT, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_INT, &value);
-  H5Aclose(a), H5Sclose(s), H5Fclose(f);
-}
 
 void compare_with_reference(bool segments, int head_chunk_rows = 0) {
   const auto d = test::tiny_dims();
@@ -41,28 +29,15 @@ void compare_with_reference(bool segments, int head_chunk_rows = 0) {
   m.forward_backward(batch);
   const auto ours = m.grads_to_host();
 
-  test::TempDir dir;
-  checkpoint::save_params(dir / "params.h5", m.layout(), p);
-  add_int_attr(dir / "params.h5", "L", d.L);
-  add_int_attr(dir / "params.h5", "NH", d.NH);
-  nlohmann::json j = {{"B", B}, {"T", T}, {"inputs", batch.inputs}, {"targets", batch.targets},
-                      {"loss_weights", batch.loss_weights}, {"segment_ids", batch.segment_ids},
-                      {"positions", batch.positions}};
-  test::write_file(dir / "batch.json", j.dump());
-  const auto r = test::run_command("/usr/bin/python3 " + test::source_path("tests/model/reference_gpt2.py") +
-                                   " " + (dir / "params.h5") + " " + (dir / "batch.json") + " " +
-                                   (dir / "grads.h5"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto sums = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));
+  const auto ref = test::reference_gpt2(d, m.layout(), p, batch);
+  ASSERT_EQ(ref.grads.size(), p.size());
   const size_t P = m.layout().total;
-  EXPECT_NEAR(ours[P], sums["loss_sum"].get<double>(), 1e-5 * sums["loss_sum"].get<double>());
-  EXPECT_DOUBLE_EQ(ours[P + 1], sums["weight_sum"].get<double>());
+  EXPECT_NEAR(ours[P], ref.loss_sum, 1e-5 * ref.loss_sum);
+  EXPECT_DOUBLE_EQ(ours[P + 1], ref.weight_sum);
 
-  std::vector<float> ref;
-  checkpoint::load_params(dir / "grads.h5", m.layout(), ref);
   for (const auto& t : m.layout().tensors) {
     const std::vector<float> a(ours.begin() + t.offset, ours.begin() + t.offset + t.numel);
-    const std::vector<float> b(ref.begin() + t.offset, ref.begin() + t.offset + t.numel);
+    const std::vector<float> b(ref.grads.begin() + t.offset, ref.grads.begin() + t.offset + t.numel);
     EXPECT_LE(test::max_rel_diff(a, b), 1e-4) << t.name << (segments ? " (segments)" : "");
   }
 }

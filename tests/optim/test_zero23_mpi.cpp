@@ -14,18 +14,16 @@
 // - at every stage 0-3, parameters and moments loaded in chunks of any size (as restore streams them)
 //   are what loading the whole vectors gives.
 #include <gtest/gtest.h>
-#include <hdf5.h>
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <nlohmann/json.hpp>
 
+#include "common/reference_gpt2.h"
 #include "common/test_util.h"
 #include "kernels/ops.h"
 #include "model/model_fixtures.h"
 #include "optim/zero_units.h"
-#include "sftdp/checkpoint.h"
 #include "sftdp/comm.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"
@@ -109,15 +107,6 @@ struct Trained {
   }
 };
 
-void add_int_attr(const std::string& path, const char* name, int value) {
-  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  ASSERT_GE(f, 0);
-  hid_t s = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(f, name, H5T_NATIVE_INT, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_INT, &value);
-  H5Aclose(a), H5Sclose(s), H5Fclose(f);
-}
-
 class Zero23 : public ::testing::TestWithParam<int> {};
 
 }  // namespace
@@ -152,24 +141,13 @@ TEST_P(Zero23, StepOneGradientSumsAreTheFloat64ReferencesOverTheGlobalBatch) {
         all.targets.insert(all.targets.end(), b.targets.begin(), b.targets.end());
         all.loss_weights.insert(all.loss_weights.end(), b.loss_weights.begin(), b.loss_weights.end());
       }
-    test::TempDir dir;
-    checkpoint::save_params(dir / "params.h5", run.m->layout(), p);
-    add_int_attr(dir / "params.h5", "L", d.L);
-    add_int_attr(dir / "params.h5", "NH", d.NH);
-    nlohmann::json j = {{"B", all.B}, {"T", kT}, {"inputs", all.inputs}, {"targets", all.targets},
-                        {"loss_weights", all.loss_weights}};
-    test::write_file(dir / "batch.json", j.dump());
-    const auto r = test::run_command("/usr/bin/python3 " + test::source_path("tests/model/reference_gpt2.py") + " " +
-                                     (dir / "params.h5") + " " + (dir / "batch.json") + " " + (dir / "grads.h5"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto ref_sums = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));
-    EXPECT_NEAR(sums[0], ref_sums["loss_sum"].get<double>(), 1e-5 * ref_sums["loss_sum"].get<double>());
-    EXPECT_NEAR(sums[1], ref_sums["weight_sum"].get<double>(), 1e-6 * ref_sums["weight_sum"].get<double>());
-    std::vector<float> ref;
-    checkpoint::load_params(dir / "grads.h5", run.m->layout(), ref);
+    const auto ref = test::reference_gpt2(d, run.m->layout(), p, all);
+    ASSERT_EQ(ref.grads.size(), p.size());
+    EXPECT_NEAR(sums[0], ref.loss_sum, 1e-5 * ref.loss_sum);
+    EXPECT_NEAR(sums[1], ref.weight_sum, 1e-6 * ref.weight_sum);
     for (const auto& t : run.m->layout().tensors) {
       const std::vector<float> a(grads.begin() + t.offset, grads.begin() + t.offset + t.numel);
-      const std::vector<float> b(ref.begin() + t.offset, ref.begin() + t.offset + t.numel);
+      const std::vector<float> b(ref.grads.begin() + t.offset, ref.grads.begin() + t.offset + t.numel);
       EXPECT_LE(test::max_rel_diff(a, b), 1e-4) << t.name << ", zero_stage " << stage << ", GA " << ga;
     }
   }

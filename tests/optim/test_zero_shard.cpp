@@ -39,7 +39,7 @@ TEST(ZeroShard, BlocksAndTailCoverTheBufferOnceWithCorrectDecayCounts) {
           EXPECT_EQ(s.decay_block, decay_block);
           EXPECT_EQ(s.decay_tail, decay_tail);
           // AdamW applies decay to a piece's leading floats only: the decayed ones come first.
-          if (s.decay_block < s.block) EXPECT_EQ(s.decay_tail, 0u);
+          if (s.decay_block < s.block) { EXPECT_EQ(s.decay_tail, 0u); }
         }
         for (size_t i = 0; i < s0.tail_begin; ++i) ASSERT_EQ(owners[i], 1) << "element " << i;
       }

@@ -56,36 +56,6 @@ TEST(MemoryPlan, ActivationsAreLinearInT) {
             4 * model::footprint(d, cpu_ops(), 2, 1024, true).activations);
 }
 
-// A world of `world` ranks seen from `rank`, for building optimisers without MPI: their constructors
-// make no collective, and any call of one fails the test.
-class NoCollectives final : public comm::Communicator {
- public:
-  NoCollectives(int rank, int world) : rank_(rank), world_(world) {}
-  const char* name() const override { return "test"; }
-  int rank() const override { return rank_; }
-  int world() const override { return world_; }
-  void allreduce_sum(float*, size_t) override { ADD_FAILURE() << "allreduce_sum"; }
-  void reduce_scatter_sum(float*, size_t) override { ADD_FAILURE() << "reduce_scatter_sum"; }
-  void all_gather(float*, size_t) override { ADD_FAILURE() << "all_gather"; }
-  Ticket start_reduce_scatter_sum(const float*, float*, size_t) override {
-    ADD_FAILURE() << "start_reduce_scatter_sum";
-    return 0;
-  }
-  Ticket start_all_gather(const float*, float*, size_t) override {
-    ADD_FAILURE() << "start_all_gather";
-    return 0;
-  }
-  void wait(Ticket) override { ADD_FAILURE() << "wait"; }
-  void wait_all() override { ADD_FAILURE() << "wait_all"; }
-  void allreduce_sum_host(double*, size_t) override { ADD_FAILURE() << "allreduce_sum_host"; }
-  void broadcast_host(void*, size_t, int) override { ADD_FAILURE() << "broadcast_host"; }
-  void barrier() override { ADD_FAILURE() << "barrier"; }
-  [[noreturn]] void abort(int) override { std::abort(); }
-
- private:
-  int rank_, world_;
-};
-
 TEST(MemoryPlan, ZeroStageOneDividesTheMoments) {
   const auto d = llama_dims();
   const train::MemoryChoice zero0{4, false, 0}, zero1{4, false, 1};
@@ -117,8 +87,8 @@ TEST(MemoryPlan, ZeroStagesTwoAndThreeAreWhatTheOptimiserAllocates) {
             }
             const auto p = train::plan_memory(d, cpu_ops(), 16, {2, false, stage}, rank, world, false, false, 2, lora);
             const auto model = model::make_model(d, cpu_ops(), 2, 16, false, false, lora, stage);
-            NoCollectives comm(rank, world);
-            optim::AdamW opt(*model, comm, stage);
+            const auto comm = train::world_only_communicator(rank, world);
+            optim::AdamW opt(*model, *comm, stage);
             const optim::ZeroUnits& units = *opt.zero_units();
             const auto& b = units.bytes();
             const size_t P = model->layout().total, trainable = model->trainable_layout().total;
