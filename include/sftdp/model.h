@@ -370,7 +370,7 @@ class Model {
   std::vector<Unit> base_units_, lora_units_;
   std::vector<size_t> block_unit_;       // the trainable unit of block l
   std::vector<size_t> block_base_unit_;  // the base unit of block l
-  size_t embed_unit_ = SIZE_MAX;    // the base unit of wte (SIZE_MAX: none)
+  size_t embed_unit_ = 0;           // the base unit of wte (the first tensor of both families)
   size_t head_unit() const { return unit_at(base_units_, head_); }  // the base unit of the LM head weight
   // A pass with nothing to compute at zero_stage 2/3: unit_schedule(training)'s calls, no kernels.
   void replay_schedule(bool training);

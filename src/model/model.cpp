@@ -71,7 +71,7 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
   {
     const auto m = make_model(d, counting, max_B, T, remat, bf16_activations, lora, zero_stage);
     // What the model itself holds: at zero_stage 3 no parameters, at 2 and 3 no gradient buffer
-    // (the residency's shards and slots are the optimiser's: optim::zero_units_bytes).
+    // (the residency's shards and slots are the optimiser's: optim::ZeroUnits::bytes()).
     f.params = zero_stage >= 3 ? 0 : (m->layout().total + (m->lora() ? m->trainable_layout().total : 0)) * sizeof(float);
     f.grads = (zero_stage >= 2 ? 2 : m->grad_buffer_floats()) * sizeof(float);
     f.activations = m->activation_bytes();
@@ -101,7 +101,7 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   bf16_table_ = gemm_inputs_bf16(ops_);
   if (zero_stage_ < 3) {  // at 3 the residency holds this rank's shard and the units in use
     params_ = alloc_floats(layout_.total);
-    if (gemm_inputs_bf16(ops_)) {  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
+    if (bf16_table_) {  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
       params16_ = static_cast<uint16_t*>(ops_.alloc(std::max<size_t>(layout_.total, 1) * sizeof(uint16_t)));
       owned_.push_back(params16_);
     }
@@ -228,7 +228,7 @@ void Model::make_buckets() {
 }
 
 void Model::use_embeddings() {
-  if (residency_ && embed_unit_ != SIZE_MAX) residency_->use(UnitSet::kBase, embed_unit_);
+  if (residency_) residency_->use(UnitSet::kBase, embed_unit_);
 }
 
 void Model::use_block(int l) {

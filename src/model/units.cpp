@@ -69,7 +69,7 @@ std::vector<UnitEvent> Model::unit_schedule(bool training) const {
     use_base(block_base_unit_[l]);
     if (lora()) s.push_back({UnitEvent::kUse, UnitSet::kTrainable, block_unit_[l]});
   };
-  if (embed_unit_ != SIZE_MAX) use_base(embed_unit_);
+  use_base(embed_unit_);
   for (int l = 0; l < d_.L; ++l) use_block(l);
   use_base(head_unit());
   if (!training) return s;

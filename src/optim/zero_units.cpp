@@ -43,13 +43,9 @@ ZeroUnits::ZeroUnits(model::Model& model, comm::Communicator& comm, int stage)
                 bytes_.param_slots);
   }
   // The pieces the reduce-scatters land in: one per gradient slot, of its class's largest piece.
-  for (int c = 0; c < kClasses; ++c) {
-    size_t piece = 0;
-    const auto& us = model.trainable_units();
-    for (size_t u = 0; u < us.size(); ++u)
-      if (class_of(us[u]) == c) piece = std::max(piece, train_plan_.units[u].piece);
-    for (auto& s : grads_[c]) s.recv = static_cast<float*>(alloc(piece * sizeof(float), bytes_.grad_slots));
-  }
+  for (int c = 0; c < kClasses; ++c)
+    for (auto& s : grads_[c])
+      s.recv = static_cast<float*>(alloc(max_piece(UnitSet::kTrainable, Class(c)) * sizeof(float), bytes_.grad_slots));
   train_schedule_ = model.unit_schedule(true);
   eval_schedule_ = model.unit_schedule(false);
 }
@@ -89,12 +85,16 @@ void* ZeroUnits::alloc(size_t bytes, size_t& counted) {
   return p;
 }
 
-void ZeroUnits::make_pool(Pool& pool, UnitSet set, Class c, int count, bool bf16, size_t& counted) {
+size_t ZeroUnits::max_piece(UnitSet set, Class c) const {
   size_t piece = 0;
   const auto& us = units(set);
-  const auto& plan = plan_of(set);
   for (size_t u = 0; u < us.size(); ++u)
-    if (class_of(us[u]) == c) piece = std::max(piece, plan.units[u].piece);
+    if (class_of(us[u]) == c) piece = std::max(piece, plan_of(set).units[u].piece);
+  return piece;
+}
+
+void ZeroUnits::make_pool(Pool& pool, UnitSet set, Class c, int count, bool bf16, size_t& counted) {
+  const size_t piece = max_piece(set, c);
   if (piece == 0) return;  // no unit of this class
   const size_t floats = piece * static_cast<size_t>(comm_.world());
   pool.resize(count);
@@ -107,14 +107,6 @@ void ZeroUnits::make_pool(Pool& pool, UnitSet set, Class c, int count, bool bf16
 size_t ZeroUnits::reduce_scatter_floats() const {
   size_t n = 0;
   for (const auto& p : train_plan_.units) n += p.piece * static_cast<size_t>(comm_.world());
-  return n;
-}
-
-size_t ZeroUnits::gather_floats() const {
-  size_t n = 0;
-  for (const auto& p : train_plan_.units) n += p.piece * static_cast<size_t>(comm_.world());
-  if (stage_ == 3 && lora_)
-    for (const auto& p : base_plan_.units) n += p.piece * static_cast<size_t>(comm_.world());
   return n;
 }
 

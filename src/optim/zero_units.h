@@ -63,10 +63,8 @@ class ZeroUnits final : public model::Residency {
     size_t total() const { return master + base_shard + grad_shard + grad_slots + param_slots; }
   };
   const Bytes& bytes() const { return bytes_; }
-  // What one optimizer step moves per rank, in floats: reduce-scatter sends per micro-step and
-  // all-gather receives per pass (stage 3) or per step (stage 2).
+  // Floats each rank's reduce-scatters send per micro-step (every unit's slot, padding included).
   size_t reduce_scatter_floats() const;
-  size_t gather_floats() const;
 
   // model::Residency
   void begin_pass(bool training) override;
@@ -101,6 +99,7 @@ class ZeroUnits final : public model::Residency {
   float* shard_of(model::UnitSet set);
   model::UnitSet real(model::UnitSet set) const;  // kBase is kTrainable without LoRA
   static Class class_of(const model::Unit& u);
+  size_t max_piece(model::UnitSet set, Class c) const;  // the largest piece of the set's units of class c
   void make_pool(Pool& pool, model::UnitSet set, Class c, int count, bool bf16, size_t& counted);
   void* alloc(size_t bytes, size_t& counted);
   void expect(const model::UnitEvent& e);
