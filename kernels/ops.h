@@ -19,6 +19,7 @@
 #include "kernels/encoder.h"
 #include "kernels/gather.h"
 #include "kernels/gelu.h"
+#include "kernels/kv_cache.h"
 #include "kernels/layernorm.h"
 #include "kernels/lora.h"
 #include "kernels/matmul.h"
@@ -86,6 +87,8 @@ struct Ops {
   decltype(&cpu::lora_fwd) lora_fwd;  // LoRA adapters (issue 17): Linear-layer GEMMs, as matmul
   decltype(&cpu::lora_bwd) lora_bwd;
   decltype(&cpu::lora_dropout) lora_dropout;
+  decltype(&cpu::kv_append) kv_append;  // generation's key/value cache (src/generate)
+  decltype(&cpu::kv_attention_fwd) kv_attention_fwd;
   // --- sizes ---
   // Bytes of working memory the kernels above keep for themselves (grow-only, beside the buffers
   // their callers allocate) at this shape, an estimate from above: what the memory plan counts as

@@ -82,6 +82,8 @@ const Ops& cpu_ops() {
       .lora_fwd = cpu::lora_fwd,
       .lora_bwd = cpu::lora_bwd,
       .lora_dropout = cpu::lora_dropout,
+      .kv_append = cpu::kv_append,
+      .kv_attention_fwd = cpu::kv_attention_fwd,
       .scratch_bytes = host_scratch_bytes,
   };
   return ops;

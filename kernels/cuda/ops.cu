@@ -124,6 +124,8 @@ constexpr Ops make_cuda_ops() {
       .lora_bwd =
           bf16 ? on_stream<&cpu::lora_bwd, &cuda::lora_bwd_bf16>() : on_stream<&cpu::lora_bwd, &cuda::lora_bwd>(),
       .lora_dropout = on_stream<&cpu::lora_dropout, &cuda::lora_dropout>(),
+      .kv_append = on_stream<&cpu::kv_append, &cuda::kv_append>(),
+      .kv_attention_fwd = on_stream<&cpu::kv_attention_fwd, &cuda::kv_attention_fwd>(),
       .scratch_bytes = &cuda::scratch_bytes<inputs>,
   };
 }

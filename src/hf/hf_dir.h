@@ -41,6 +41,20 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
 // (tokenizer.json, vocab.json, merges.txt, ...) in the directory. None: UserError("<what>: ...").
 std::vector<std::string> tokenizer_files(const std::string& source, const std::string& what);
 
+// The model of a checkpoint (or params-only) .h5, as sft_export and sft_generate read it: the stored
+// config (its root attribute `config`) and the dimensions it resolves to; the parameters (params, the
+// SPEC layout); for a LoRA checkpoint (issue 17) its adapters and their spec, and with merge_lora the
+// parameters are its base (from the run's load_parameters_path or seed, checked against the
+// checkpoint's lora_base_hash) with W + s·B·A merged in, as PEFT's merge_and_unload (without: empty).
+struct CheckpointModel {
+  config::Config cfg;
+  config::ModelDims d;
+  std::vector<float> params;
+  model::LoraSpec lora;         // rank 0: a full model
+  std::vector<float> adapters;  // model::lora_layout(d, lora)
+};
+CheckpointModel read_checkpoint_model(const std::string& checkpoint_h5, bool merge_lora);
+
 // sft_export: the model of a checkpoint (or params-only) .h5 to an HF directory. The dimensions
 // come from the checkpoint's stored config (its root attribute `config`). A LoRA checkpoint
 // (issue 17) gives a PEFT adapter directory (hf/peft.h), or with merge the whole model with

@@ -238,11 +238,11 @@ std::vector<float> lora_base_of(const std::string& checkpoint_h5, const config::
 }
 }  // namespace
 
-void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir, const std::string& tokenizer_dir,
-                       bool merge) {
+CheckpointModel read_checkpoint_model(const std::string& checkpoint_h5, bool merge_lora) {
   const std::string yaml = root_string_attr(checkpoint_h5, "config", /*required=*/true);
-  config::Config cfg;
-  config::ModelDims d;
+  CheckpointModel m;
+  config::Config& cfg = m.cfg;
+  config::ModelDims& d = m.d;
   try {
     cfg = config::from_yaml_text(yaml, {}, checkpoint_h5 + " (attribute config)");
     d = config::model_dims(cfg);
@@ -250,24 +250,17 @@ void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_
     throw UserError(checkpoint_h5 + ": cannot resolve the model's dimensions from its stored config: " + e.what());
   }
   const model::ParamLayout layout = model::param_layout(d);
-  std::vector<float> params;
   if (cfg.lora_rank > 0) {  // adapters in /params; the base comes from where the run read it
-    const model::LoraSpec spec = model::lora_spec(cfg, d);
-    const model::ParamLayout adapters_layout = model::lora_layout(d, spec);
-    std::vector<float> adapters;
-    checkpoint::load_params(checkpoint_h5, adapters_layout, adapters);
-    if (!merge) {
-      write_peft_adapter(out_dir, d, spec, adapters_layout, adapters, cfg.load_parameters_path, tokenizer_dir);
-      return;
-    }
-    params = lora_base_of(checkpoint_h5, cfg, d, layout);
-    model::merge_lora(params, layout, d, spec, adapters_layout, adapters);
-    export_hf(out_dir, d, layout, params, tokenizer_dir, cfg.load_parameters_path);
-    return;
+    m.lora = model::lora_spec(cfg, d);
+    const model::ParamLayout adapters_layout = model::lora_layout(d, m.lora);
+    checkpoint::load_params(checkpoint_h5, adapters_layout, m.adapters);
+    if (!merge_lora) return m;
+    m.params = lora_base_of(checkpoint_h5, cfg, d, layout);
+    model::merge_lora(m.params, layout, d, m.lora, adapters_layout, m.adapters);
+    return m;
   }
-  if (merge) throw UserError("--merge: " + checkpoint_h5 + " is not a LoRA checkpoint (its config has lora_rank 0)");
   try {
-    checkpoint::load_params(checkpoint_h5, layout, params);
+    checkpoint::load_params(checkpoint_h5, layout, m.params);
   } catch (const UserError& e) {
     std::error_code ec;
     if (cfg.load_parameters_path.empty() || fs::exists(cfg.load_parameters_path, ec)) throw;
@@ -276,7 +269,20 @@ void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_
                     " no longer exists: if it was a Hugging Face directory, its config.json gave the "
                     "dimensions; restore it)");
   }
-  export_hf(out_dir, d, layout, params, tokenizer_dir, cfg.load_parameters_path);
+  return m;
+}
+
+void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir, const std::string& tokenizer_dir,
+                       bool merge) {
+  const CheckpointModel m = read_checkpoint_model(checkpoint_h5, merge);
+  if (m.lora.enabled() && !merge) {
+    write_peft_adapter(out_dir, m.d, m.lora, model::lora_layout(m.d, m.lora), m.adapters, m.cfg.load_parameters_path,
+                       tokenizer_dir);
+    return;
+  }
+  if (merge && !m.lora.enabled())
+    throw UserError("--merge: " + checkpoint_h5 + " is not a LoRA checkpoint (its config has lora_rank 0)");
+  export_hf(out_dir, m.d, model::param_layout(m.d), m.params, tokenizer_dir, m.cfg.load_parameters_path);
 }
 
 }  // namespace sftdp::hf
