@@ -3,10 +3,13 @@
 // Llama/Qwen2/Qwen3ForCausalLM for the Llama family: config.json, generation_config.json,
 // model.safetensors, tokenizer files copied through) that
 // transformers.AutoModelForCausalLM.from_pretrained loads; a LoRA checkpoint's adapters as a PEFT
-// adapter directory (peft.PeftModel.from_pretrained), or with --merge the merged model. Exit 0 ok, 2 bad usage or input
-// (one `error:` line, nothing written), 1 anything else.
+// adapter directory (peft.PeftModel.from_pretrained), or with --merge the merged model. Missing parent
+// directories of OUT_DIR are created, as sft_prepare creates its output's (and removed again when
+// the export fails). Exit 0 ok, 2 bad usage or input (one `error:` line, nothing written), 1 anything else.
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "hf/hf_dir.h"
@@ -18,7 +21,7 @@ void usage(FILE* f) {
   std::fprintf(f,
                "usage: sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE] [--merge]\n"
                "  CHECKPOINT.h5  an sft-dp checkpoint (out/<run>/checkpoints/step_<S>.h5)\n"
-               "  OUT_DIR        created (must not exist, or be empty): config.json,\n"
+               "  OUT_DIR        created with its missing parents (must not exist, or be empty): config.json,\n"
                "                 generation_config.json, model.safetensors (fp32; HF names of the\n"
                "                 model's family: gpt2, llama, qwen2 or qwen3)\n"
                "  --tokenizer    copy tokenizer.json / tokenizer_config.json / vocab.json /\n"
@@ -28,6 +31,31 @@ void usage(FILE* f) {
                "  --merge        instead the whole model with the adapters merged (W + alpha/r B A),\n"
                "                 its base read again from the run's load_parameters_path\n"
                "Exit: 0 ok, 2 bad usage or input (nothing written), 1 other failure.\n");
+}
+
+namespace fs = std::filesystem;
+
+// Creates the missing parent directories of out_dir; returns those it created, outermost first.
+std::vector<fs::path> create_parents(const std::string& out_dir) {
+  std::error_code ec;
+  fs::path out = fs::absolute(out_dir, ec).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "dir/"
+  std::vector<fs::path> missing;
+  for (fs::path p = out.parent_path(); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.insert(missing.begin(), p);
+    if (p == p.parent_path()) break;
+  }
+  for (const auto& p : missing)
+    if (!fs::create_directory(p, ec) && ec)
+      throw sftdp::UserError(out_dir + ": cannot create directory " + p.string() + ": " + ec.message());
+  return missing;
+}
+
+// Removes the directories create_parents made (innermost first), each only while it is empty.
+void remove_created(const std::vector<fs::path>& created) {
+  std::error_code ec;
+  for (auto it = created.rbegin(); it != created.rend(); ++it)
+    if (fs::is_empty(*it, ec)) fs::remove(*it, ec);
 }
 
 }  // namespace
@@ -55,7 +83,13 @@ int main(int argc, char** argv) {
       }
     }
     if (positional.size() != 2) throw sftdp::UserError("expected CHECKPOINT.h5 and OUT_DIR (see sft_export --help)");
-    sftdp::hf::export_checkpoint(positional[0], positional[1], tokenizer, merge);
+    const auto created = create_parents(positional[1]);
+    try {
+      sftdp::hf::export_checkpoint(positional[0], positional[1], tokenizer, merge);
+    } catch (...) {
+      remove_created(created);
+      throw;
+    }
     std::printf("sft_export: %s -> %s\n", positional[0].c_str(), positional[1].c_str());
     return 0;
   } catch (const sftdp::UserError& e) {

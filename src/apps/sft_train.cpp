@@ -19,14 +19,16 @@ static void usage(FILE* f) {
   std::fprintf(f,
                "usage: sft_train CONFIG.yml [key=value ...]\n"
                "       sft_train --plan [--ranks N] [--ranks-per-node N] [--memory-gib X] CONFIG.yml [key=value ...]\n"
-               "  Fine-tunes a GPT-2- or Llama-family model data-parallel over MPI ranks.\n"
+               "  Fine-tunes models of the GPT-2 and Llama families (GPT-2, SmolLM2, Qwen2.5, Qwen3,\n"
+               "  Llama 3.x), full or LoRA, data-parallel over MPI ranks.\n"
                "  Later key=value pairs override the file (e.g. steps=100 learning_rate=1e-4).\n"
                "  Launch as: sft_train ..., mpirun -np N sft_train ..., or srun sft_train ...\n"
                "  --plan: print what each rank of the run would hold and whether it fits, for N ranks\n"
                "  (default 1), N per node (default all), X GiB per GPU or, for CPU ranks, per node\n"
                "  (default: this machine's); allocates nothing, needs neither MPI nor the hardware.\n"
-               "  Keys: see configs/reference.yml. Exit: 0 ok (--plan: fits), 2 bad input (--plan: does\n"
-               "  not fit), 1 other failure.\n");
+               "  Keys: see configs/reference.yml; a full and a LoRA recipe per family in configs/recipes/.\n"
+               "  Exit: 0 ok (--plan: fits), 2 bad input (--plan: does not fit), 1 other failure.\n"
+               "  Under mpirun, mpirun -q keeps Open MPI's exit banner from following an error line.\n");
 }
 
 // A whole number >= minimum, or a positive number, for a --plan flag; else one error line.
