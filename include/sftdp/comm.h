@@ -73,6 +73,9 @@ class Communicator {
   using Ticket = uint64_t;
   virtual Ticket start_reduce_scatter_sum(const float* send, float* recv, size_t block) = 0;
   virtual Ticket start_all_gather(const float* send, float* recv, size_t block) = 0;
+  // The same all-gather of 16-bit values (bf16 bits: weight_dtype bfloat16's parameters, issue 25):
+  // block values of send, world·block of recv; half the bytes of the fp32 form.
+  virtual Ticket start_all_gather_bf16(const uint16_t* send, uint16_t* recv, size_t block) = 0;
   virtual void wait(Ticket ticket) = 0;
   virtual void wait_all() = 0;
   // Host-side helpers, always over MPI: sums of doubles, broadcast of bytes, barrier.

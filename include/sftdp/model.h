@@ -216,6 +216,17 @@ class Model {
   // no full parameter buffer either (nor its bf16 copy, nor the adapters'). Such a model needs a
   // Residency (set_residency, before any pass); it does not own it.
   int zero_stage() const { return zero_stage_; }
+  // weight_dtype bfloat16 (issue 25; make_model's bf16_weights: zero_stage 2 or 3, the bf16-GEMM
+  // table, no LoRA): the parameters are stored as bf16 and the fp32 master weights exist only in the
+  // optimiser's shard (optim::ZeroUnits). Stage 2: the model keeps the full bf16 buffer
+  // (params_bf16(); params() is null); stage 3: the residency gathers bf16 units. Either way each
+  // unit the model uses is widened to fp32 in a residency slot (exact) for the kernels that read fp32,
+  // and the GEMMs read the bf16 values themselves: every kernel computes with bf16(master).
+  bool bf16_weights() const { return bf16_weights_; }
+  uint16_t* params_bf16() { return bf16_weights_ ? params16_ : nullptr; }  // stage 2 only (else null)
+  // Whether the host copies of the parameters (params_to_host, trainable_to_host) are collectives
+  // that only rank 0 receives: zero_stage 3, or bf16 weights (the fp32 masters are sharded).
+  bool params_sharded() const { return zero_stage_ >= 3 || bf16_weights_; }
   void set_residency(Residency* r) { residency_ = r; }
   Residency* residency() const { return residency_; }
   const std::vector<Unit>& base_units() const { return base_units_; }
@@ -292,7 +303,7 @@ class Model {
     const int32_t* pos() const { return has_positions ? positions : nullptr; }
   };
   Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
-        bool bf16_activations, const LoraSpec& lora, int zero_stage);
+        bool bf16_activations, const LoraSpec& lora, int zero_stage, bool bf16_weights);
   // Where a tensor is now (the residency's, else the full buffers): the base parameter at `offset`,
   // the trainable one, and the gradient sums of the base tensor at `offset` — null when the base is
   // frozen (LoRA): the families pass null weight gradients to the kernels then.
@@ -366,6 +377,7 @@ class Model {
   LoraSpec lora_;
   ParamLayout lora_layout_;
   int zero_stage_ = 0;
+  bool bf16_weights_ = false;
   Residency* residency_ = nullptr;
   std::vector<Unit> base_units_, lora_units_;
   std::vector<size_t> block_unit_;       // the trainable unit of block l
@@ -421,21 +433,23 @@ struct Footprint {
 Ops counting_ops(const Ops& ops);
 size_t counted_bytes();
 Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-                    bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0);
+                    bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0,
+                    bool bf16_weights = false);
 
 // The model of d's family, with activations for max_B rows of T tokens; remat: recompute each
 // block's activations in backward instead of keeping them for every block (config key remat);
 // bf16_activations: keep the GEMM-only activations as bf16 (ops must be the bf16-GEMM table;
 // ignored with remat, which keeps none of them).
 // lora: adapters on a frozen base (LoraSpec; rank 0: none).
-// zero_stage 2 or 3: see Model::zero_stage().
+// zero_stage 2 or 3: see Model::zero_stage(). bf16_weights: see Model::bf16_weights().
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
-                                  bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0);
+                                  bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0,
+                                  bool bf16_weights = false);
 
 class Gpt2 final : public Model {
  public:
   Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false,
-       const LoraSpec& lora = {}, int zero_stage = 0);
+       const LoraSpec& lora = {}, int zero_stage = 0, bool bf16_weights = false);
   ~Gpt2() override;
 
  private:
@@ -454,7 +468,7 @@ class Gpt2 final : public Model {
 class Llama final : public Model {
  public:
   Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false,
-        const LoraSpec& lora = {}, int zero_stage = 0);
+        const LoraSpec& lora = {}, int zero_stage = 0, bool bf16_weights = false);
   ~Llama() override;
 
  private:

@@ -95,6 +95,13 @@ class MpiCommunicator final : public MpiHostCommunicator {
                                MPI_FLOAT, MPI_COMM_WORLD, request));
     });
   }
+  Ticket start_all_gather_bf16(const uint16_t* send, uint16_t* recv, size_t block) override {
+    assert_out_of_place("start_all_gather_bf16", send, block, recv, world_ * block);
+    return start_shard(kShardAllGather, send, recv, block, [&](MPI_Request* request) {
+      CHECK_MPI(MPI_Iallgather(send, static_cast<int>(block), MPI_UINT16_T, recv, static_cast<int>(block),
+                               MPI_UINT16_T, MPI_COMM_WORLD, request));
+    });
+  }
   // Completes the FIFO's prefix up to `ticket` under one deadline; tickets already waited for
   // (or never given a request: one rank, empty blocks) need nothing.
   void wait(Ticket ticket) override {
@@ -119,12 +126,12 @@ class MpiCommunicator final : public MpiHostCommunicator {
   // Gives the next ticket to one out-of-place collective: on one rank a copy, done at once (the
   // sum over one rank, or the gather of one block, is send itself); else `post` starts it on a
   // new request at the back of the FIFO.
-  template <class Post>
-  Ticket start_shard(ShardKind kind, const float* send, float* recv, size_t block, const Post& post) {
+  template <class T, class Post>
+  Ticket start_shard(ShardKind kind, const T* send, T* recv, size_t block, const Post& post) {
     const Ticket ticket = ++last_ticket_;
     if (block == 0) return ticket;
     if (world_ == 1) {
-      std::memcpy(recv, send, block * sizeof(float));
+      std::memcpy(recv, send, block * sizeof(T));
       return ticket;
     }
     SFTDP_ASSERT(block <= INT_MAX, "zero_stage 2/3: a shard above INT_MAX floats (MPI's count limit)");

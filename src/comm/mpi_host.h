@@ -26,14 +26,13 @@ class MpiHostCommunicator : public Communicator {
   int rank_ = 0, world_ = 1;
 };
 
-// ZeRO-2/3's collectives are out of place (sftdp/comm.h): send's send_n floats and recv's recv_n
-// must not overlap (MPI forbids aliased buffers; NCCL's in-place forms are not part of the
+// ZeRO-2/3's collectives are out of place (sftdp/comm.h): send's send_n values of type T and recv's
+// recv_n must not overlap (MPI forbids aliased buffers; NCCL's in-place forms are not part of the
 // contract). Checked on every rank count, so that a caller's mistake also fails on one rank.
-inline void assert_out_of_place(const char* what, const float* send, size_t send_n, const float* recv,
-                                size_t recv_n) {
+template <class T>
+inline void assert_out_of_place(const char* what, const T* send, size_t send_n, const T* recv, size_t recv_n) {
   const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
-  const bool overlap = send_n != 0 && recv_n != 0 && s < r + recv_n * sizeof(float) &&
-                       r < s + send_n * sizeof(float);
+  const bool overlap = send_n != 0 && recv_n != 0 && s < r + recv_n * sizeof(T) && r < s + send_n * sizeof(T);
   SFTDP_ASSERT(!overlap, std::string(what) + ": send and recv overlap; these collectives are out of place");
 }
 

@@ -119,6 +119,11 @@ class NcclCommunicator final : public MpiHostCommunicator {
     return start_shard(kShardAllGather, block,
                        [&] { CHECK_NCCL(ncclAllGather(send, recv, block, ncclFloat, comm_, stream_)); });
   }
+  Ticket start_all_gather_bf16(const uint16_t* send, uint16_t* recv, size_t block) override {
+    assert_out_of_place("start_all_gather_bf16", send, block, recv, world_ * block);
+    return start_shard(kShardAllGather, block,
+                       [&] { CHECK_NCCL(ncclAllGather(send, recv, block, ncclBfloat16, comm_, stream_)); });
+  }
   // The kernels' stream waits for the newest started collective at or before `ticket`; the host
   // goes on. cudaStreamWaitEvent takes the event's record as it is at the call, so every event of
   // the covered tickets may be recorded again by a later start (back to the pool).

@@ -49,8 +49,8 @@ struct Gpt2::Acts {
 };
 
 Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
-           const LoraSpec& lora, int zero_stage)
-    : Model(d, ops, max_B, T, gpt2_layout(d), remat, bf16_activations, lora, zero_stage) {
+           const LoraSpec& lora, int zero_stage, bool bf16_weights)
+    : Model(d, ops, max_B, T, gpt2_layout(d), remat, bf16_activations, lora, zero_stage, bf16_weights) {
   SFTDP_ASSERT(d.C % d.NH == 0, "emb_dim must be divisible by num_heads");
   static const char* const kLayerTensors[12] = {
       "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",

@@ -57,8 +57,8 @@ struct Llama::Acts {
 };
 
 Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
-             const LoraSpec& lora, int zero_stage)
-    : Model(d, ops, max_B, T, llama_layout(d), remat, bf16_activations, lora, zero_stage) {
+             const LoraSpec& lora, int zero_stage, bool bf16_weights)
+    : Model(d, ops, max_B, T, llama_layout(d), remat, bf16_activations, lora, zero_stage, bf16_weights) {
   SFTDP_ASSERT(d.block == config::Block::kLlama, "Llama model built from GPT-2 dims");
   SFTDP_ASSERT(d.NH % d.kv_heads() == 0 && d.head_size() % 2 == 0, "bad head configuration");
   auto offset = [&](const std::string& name, bool present) {

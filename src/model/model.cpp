@@ -30,10 +30,10 @@ ParamLayout param_layout(const config::ModelDims& d) {
 }
 
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat,
-                                  bool bf16_activations, const LoraSpec& lora, int zero_stage) {
+                                  bool bf16_activations, const LoraSpec& lora, int zero_stage, bool bf16_weights) {
   if (d.block == config::Block::kLlama)
-    return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage);
-  return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage);
+    return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage, bf16_weights);
+  return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage, bf16_weights);
 }
 
 namespace {
@@ -65,14 +65,17 @@ Ops counting_ops(const Ops& ops) {
 size_t counted_bytes() { return t_counted; }
 
 Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
-                    const LoraSpec& lora, int zero_stage) {
+                    const LoraSpec& lora, int zero_stage, bool bf16_weights) {
   const Ops counting = counting_ops(ops);
   Footprint f;
   {
-    const auto m = make_model(d, counting, max_B, T, remat, bf16_activations, lora, zero_stage);
-    // What the model itself holds: at zero_stage 3 no parameters, at 2 and 3 no gradient buffer
-    // (the residency's shards and slots are the optimiser's: optim::ZeroUnits::bytes()).
-    f.params = zero_stage >= 3 ? 0 : (m->layout().total + (m->lora() ? m->trainable_layout().total : 0)) * sizeof(float);
+    const auto m = make_model(d, counting, max_B, T, remat, bf16_activations, lora, zero_stage, bf16_weights);
+    // What the model itself holds: at zero_stage 3 no parameters (with bf16 weights at 2: the bf16
+    // buffer), at 2 and 3 no gradient buffer (the residency's shards and slots are the optimiser's:
+    // optim::ZeroUnits::bytes()).
+    f.params = zero_stage >= 3 ? 0
+               : bf16_weights ? m->layout().total * sizeof(uint16_t)
+                              : (m->layout().total + (m->lora() ? m->trainable_layout().total : 0)) * sizeof(float);
     f.grads = (zero_stage >= 2 ? 2 : m->grad_buffer_floats()) * sizeof(float);
     f.activations = m->activation_bytes();
   }
@@ -81,7 +84,7 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
 }
 
 Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, ParamLayout layout, bool remat,
-             bool bf16_activations, const LoraSpec& lora, int zero_stage)
+             bool bf16_activations, const LoraSpec& lora, int zero_stage, bool bf16_weights)
     : d_(d),
       ops_(ops),
       max_B_(max_B),
@@ -92,16 +95,19 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
       // must see the very x forward saw, not x rounded to bf16 (that alone keeps results bitwise).
       bf16_acts_(bf16_activations && !remat && !(lora.enabled() && lora.dropout > 0)),
       lora_(lora),
-      zero_stage_(zero_stage) {
+      zero_stage_(zero_stage),
+      bf16_weights_(bf16_weights) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
   SFTDP_ASSERT(zero_stage >= 0 && zero_stage <= 3, "zero_stage must be 0..3");
+  SFTDP_ASSERT(!bf16_weights || (zero_stage >= 2 && gemm_inputs_bf16(ops) && !lora.enabled()),
+               "bf16 weights: zero_stage 2 or 3 on the bf16-GEMM table, without LoRA");
   // Exact only where the GEMMs round their inputs to bf16 themselves.
   SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
   if (lora_.enabled()) lora_layout_ = lora_layout(d, lora_);
   bf16_table_ = gemm_inputs_bf16(ops_);
   if (zero_stage_ < 3) {  // at 3 the residency holds this rank's shard and the units in use
-    params_ = alloc_floats(layout_.total);
-    if (bf16_table_) {  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
+    if (!bf16_weights_) params_ = alloc_floats(layout_.total);
+    if (bf16_table_) {  // with bf16 weights, the parameters themselves  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
       params16_ = static_cast<uint16_t*>(ops_.alloc(std::max<size_t>(layout_.total, 1) * sizeof(uint16_t)));
       owned_.push_back(params16_);
     }
@@ -413,7 +419,8 @@ void Model::mirror(int slot, const float* src, const uint16_t* copy, size_t n) c
 }
 
 void Model::begin_pass() {
-  if (!bf16_mirrors() || !params_) return;  // zero_stage 3: the residency packs each unit it gathers
+  // zero_stage 3 and bf16 weights: the residency registers each unit's bf16 copy as it is used.
+  if (!bf16_mirrors() || !params_) return;
   // The parameters change only between passes (the optimizer, a checkpoint): one copy per pass.
   ops_.bf16_pack(params16_, params_, layout_.total);
   ops_.bf16_mirror(kMirrorParams, params_, params16_, layout_.total);

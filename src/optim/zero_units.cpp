@@ -20,7 +20,7 @@ const char* name_of(UnitSet set) { return set == UnitSet::kBase ? "base" : "trai
 }  // namespace
 
 ZeroUnits::ZeroUnits(model::Model& model, comm::Communicator& comm, int stage)
-    : model_(model), comm_(comm), ops_(model.ops()), stage_(stage), lora_(model.lora()) {
+    : model_(model), comm_(comm), ops_(model.ops()), stage_(stage), lora_(model.lora()), bf16_(model.bf16_weights()) {
   SFTDP_ASSERT(stage == 2 || stage == 3, "ZeroUnits: zero_stage 2 or 3");
   SFTDP_ASSERT(model.zero_stage() == stage, "ZeroUnits: the model was built for another zero_stage");
   const int W = comm.world(), r = comm.rank();
@@ -29,15 +29,19 @@ ZeroUnits::ZeroUnits(model::Model& model, comm::Communicator& comm, int stage)
   master_ = static_cast<float*>(alloc(train_plan_.total * sizeof(float), bytes_.master));
   accum_ = static_cast<float*>(alloc(train_plan_.total * sizeof(float), bytes_.grad_shard));
   if (stage == 3 && lora_) base_shard_ = static_cast<float*>(alloc(base_plan_.total * sizeof(float), bytes_.base_shard));
-  // Gradient slots over the trainable units; parameter slots (stage 3) over both sets. Blocks get
-  // two (one in use or summing while the other is gathered or drained), the other classes one.
+  if (bf16_) shard16_ = static_cast<uint16_t*>(alloc(train_plan_.total * sizeof(uint16_t), bytes_.bf16_shard));
+  // Gradient slots over the trainable units; parameter slots (stage 3, and 2 with bf16 weights) over
+  // both sets. Blocks get two (one in use or summing while the other is gathered or drained), the
+  // other classes one.
   for (int c = 0; c < kClasses; ++c) {
     const int count = c == kBlocks ? 2 : 1;
     make_pool(grads_[c], UnitSet::kTrainable, Class(c), count, /*bf16=*/false, bytes_.grad_slots);
-    if (stage != 3) continue;
-    // The base parameters (without LoRA: the one set) get the GEMMs' bf16 copies; the adapters not.
-    make_pool(params_[index_of(real(UnitSet::kBase))][c], UnitSet::kBase, Class(c), count, model.bf16_mirrors(),
-              bytes_.param_slots);
+    if (!sliced()) continue;
+    // Stage 3: the base parameters (without LoRA: the one set) get the GEMMs' bf16 copies (with bf16
+    // weights also the gathers' target), the adapters not. Stage 2 with bf16 weights: none (the
+    // model's bf16 buffer is the copy).
+    make_pool(params_[index_of(real(UnitSet::kBase))][c], UnitSet::kBase, Class(c), count,
+              stage == 3 && (model.bf16_mirrors() || bf16_), bytes_.param_slots);
     if (lora_)
       make_pool(params_[index_of(UnitSet::kTrainable)][c], UnitSet::kTrainable, Class(c), count, false,
                 bytes_.param_slots);
@@ -125,7 +129,7 @@ void ZeroUnits::begin_pass(bool training) {
   schedule_ = training ? &train_schedule_ : &eval_schedule_;
   pos_ = 0;
   current_[0] = current_[1] = kNone;
-  if (stage_ != 3) return;
+  if (!sliced()) return;
   // The vectors (every norm and bias) stay gathered for the whole pass: they are read in every block.
   const auto& us = units(UnitSet::kBase);
   for (size_t u = 0; u < us.size(); ++u)
@@ -143,16 +147,18 @@ void ZeroUnits::begin_pass(bool training) {
 
 void ZeroUnits::use(UnitSet set, size_t unit) {
   expect({UnitEvent::kUse, set, unit});
-  if (stage_ != 3) return;
+  if (!sliced()) return;
   current_[index_of(real(set))] = unit;
   Slot* s = resident(set, unit);
   if (!s) s = &start_gather(set, unit, kNone);
   s->used = ++clock_;
   ready(*s);
-  if (s->buf16 && model_.bf16_mirrors()) {  // the GEMMs' bf16 copy (base parameters only), packed once per gather
+  // The GEMMs' bf16 copy (base parameters only): packed once per gather, or with bf16 weights the
+  // gathered bf16 values themselves.
+  if (model_.bf16_mirrors() && (s->buf16 || bf16_)) {
     const size_t n = units(set)[unit].size();
-    if (!s->packed) ops_.bf16_pack(s->buf16, s->buf, n), s->packed = true;
-    ops_.bf16_mirror(kMirrorParams, s->buf, s->buf16, n);
+    if (!bf16_ && !s->packed) ops_.bf16_pack(s->buf16, s->buf, n), s->packed = true;
+    ops_.bf16_mirror(kMirrorParams, s->buf, bf16_copy(*s, unit), n);
   }
   prefetch(set);
 }
@@ -202,15 +208,40 @@ ZeroUnits::Slot& ZeroUnits::start_gather(UnitSet set, size_t unit, size_t keep) 
   victim->unit = unit;
   victim->packed = false;
   victim->used = ++clock_;
-  // The slot's old unit may still be read by kernels queued before now: the gather runs after them.
-  victim->ticket = comm_.start_all_gather(shard_of(set) + p.offset, victim->buf, p.piece);
+  // The slot's old unit may still be read by kernels queued before now: the gather (or widening)
+  // runs after them.
+  if (!bf16_) {
+    victim->ticket = comm_.start_all_gather(shard_of(set) + p.offset, victim->buf, p.piece);
+  } else if (stage_ == 3) {  // the bf16 pieces; widened when waited for
+    pack_bf16_shard();
+    victim->ticket = comm_.start_all_gather_bf16(shard16_ + p.offset, victim->buf16, p.piece);
+    victim->widen = true;
+  } else {  // stage 2: from the model's bf16 buffer, queued in order with the kernels
+    const Unit& u = units(set)[unit];
+    ops_.bf16_unpack(victim->buf, model_.params_bf16() + u.begin, u.size());
+  }
   return *victim;
 }
 
 void ZeroUnits::ready(Slot& s) {
-  if (s.ticket == 0) return;
-  comm_.wait(s.ticket);
+  if (s.ticket != 0) comm_.wait(s.ticket);
   s.ticket = 0;
+  if (!s.widen) return;
+  // Every rank's piece, padding included (zeros): world·piece values of the slot's unit.
+  const size_t n = plan_of(UnitSet::kBase).units[s.unit].piece * static_cast<size_t>(comm_.world());
+  ops_.bf16_unpack(s.buf, s.buf16, n);
+  s.widen = false;
+}
+
+const uint16_t* ZeroUnits::bf16_copy(const Slot& s, size_t unit) const {
+  if (stage_ == 3) return s.buf16;
+  return const_cast<model::Model&>(model_).params_bf16() + units(UnitSet::kBase)[unit].begin;
+}
+
+void ZeroUnits::pack_bf16_shard() {
+  if (!shard16_stale_) return;
+  ops_.bf16_pack(shard16_, master_, train_plan_.total);
+  shard16_stale_ = false;
 }
 
 // The next unit this set uses in the pass, if it is not already here, into a slot other than the
@@ -228,11 +259,11 @@ void ZeroUnits::prefetch(UnitSet set) {
 void ZeroUnits::drop_gathered() {
   for (auto& set : params_)
     for (auto& pool : set)
-      for (auto& s : pool) s.unit = kNone, s.packed = false, s.ticket = 0;
+      for (auto& s : pool) s.unit = kNone, s.packed = false, s.widen = false, s.ticket = 0;
 }
 
 float* ZeroUnits::base(size_t offset) {
-  return stage_ == 2 ? model_.params() + offset : gathered(UnitSet::kBase, offset);
+  return sliced() ? gathered(UnitSet::kBase, offset) : model_.params() + offset;
 }
 
 float* ZeroUnits::trainable(size_t offset) {
@@ -296,7 +327,9 @@ void ZeroUnits::zero_grads() {
 // ---- between steps -------------------------------------------------------------------------
 
 void ZeroUnits::publish() {
+  shard16_stale_ = true;  // bf16 weights: the masters changed
   if (stage_ == 3) return drop_gathered();
+  if (bf16_) return publish_bf16();
   // Stage 2: each unit's pieces gathered into a gradient slot of its class (free between steps) and
   // copied into the model's buffer; the next unit's gather (another slot) overlaps the copy.
   float* full = full_buffer(UnitSet::kTrainable);
@@ -308,6 +341,25 @@ void ZeroUnits::publish() {
     const UnitShard& p = train_plan_.units[u];
     comm_.wait(comm_.start_all_gather(master_ + p.offset, s.buf, p.piece));
     ops_.copy(full + p.begin, s.buf, p.size * sizeof(float));
+  }
+  comm_.wait_all();
+}
+
+// As publish's fp32 form, with bf16 pieces (half the bytes) into the model's bf16 buffer; the gradient
+// slots (free between steps) stage them. The widened units of the old values are dropped.
+void ZeroUnits::publish_bf16() {
+  pack_bf16_shard();
+  drop_gathered();
+  uint16_t* full = model_.params_bf16();
+  const auto& us = model_.trainable_units();
+  for (size_t u = 0; u < us.size(); ++u) {
+    Pool& pool = grads_[class_of(us[u])];
+    Slot& s = *std::min_element(pool.begin(), pool.end(), [](const Slot& a, const Slot& b) { return a.used < b.used; });
+    s.used = ++clock_;
+    uint16_t* staging = reinterpret_cast<uint16_t*>(s.buf);  // world·piece floats hold world·piece bf16
+    const UnitShard& p = train_plan_.units[u];
+    comm_.wait(comm_.start_all_gather_bf16(shard16_ + p.offset, staging, p.piece));
+    ops_.copy(full + p.begin, staging, p.size * sizeof(uint16_t));
   }
   comm_.wait_all();
 }
@@ -354,16 +406,22 @@ void ZeroUnits::scatter(UnitSet set, float* shard, size_t begin, const float* da
 void ZeroUnits::load_range(UnitSet set, size_t begin, const float* data, size_t n) {
   drop_gathered();
   set = real(set);
-  if (stage_ == 2) {  // the replicated buffer, and for the trainable set its master shard
+  if (stage_ == 2 && !bf16_) {  // the replicated buffer, and for the trainable set its master shard
     ops_.to_device(full_buffer(set) + begin, data, n * sizeof(float));
     if (set == UnitSet::kBase) return;
   }
+  if (stage_ == 2 && bf16_) {  // the model's bf16 buffer: rounded here as the device rounds (kernels/bf16.h)
+    std::vector<uint16_t> packed(n);
+    cpu::bf16_pack(packed.data(), data, n);
+    ops_.to_device(model_.params_bf16() + begin, packed.data(), n * sizeof(uint16_t));
+  }
   scatter(set, shard_of(set), begin, data, n);
+  shard16_stale_ = true;
 }
 
 std::vector<float> ZeroUnits::to_host(UnitSet set) {
   set = real(set);
-  if (stage_ == 2) {  // replicated: every rank has it
+  if (stage_ == 2 && !bf16_) {  // replicated: every rank has it
     std::vector<float> h(units(set).empty() ? 0 : units(set).back().end);
     ops_.to_host(h.data(), full_buffer(set), h.size() * sizeof(float));
     return h;

@@ -19,6 +19,13 @@
 // (the last blocks after the head, the vectors, a tied embedding) are not gathered twice. On the
 // bf16-GEMM table each gathered base unit is packed to bf16 once and registered as the GEMMs' copy.
 //
+// bf16 weights (weight_dtype bfloat16, Model::bf16_weights): the masters stay fp32 in the shard and
+// are packed to a bf16 shard after each update. Stage 2: the bf16 pieces are all-gathered into the
+// model's full bf16 buffer (half the bytes of the fp32 all-gather); stage 3: a unit's bf16 pieces
+// are all-gathered into the slot's bf16 copy. In both, a unit in use is widened to fp32 in a slot
+// (the stage-3 slots, also at stage 2, where the widening is local) and its bf16 values are the
+// GEMMs' copy: every kernel reads bf16(master), and no full fp32 parameter buffer exists.
+//
 // Every rank makes the same collectives in the same order: they follow the model's calls, which
 // follow Model::unit_schedule (checked here, call by call), and end_pass waits for all of them
 // under the collective deadline.
@@ -58,9 +65,10 @@ class ZeroUnits final : public model::Residency {
   // counting table: train/memory_plan.cpp): the master shard and (stage 3, LoRA) the frozen base's
   // shard, the gradient sums' shard, the gradient slots with their pieces, the parameter slots (stage
   // 3) with their bf16 copies.
+  // bf16_shard: with bf16 weights, the masters' bf16 copy (what the all-gathers send).
   struct Bytes {
-    size_t master = 0, base_shard = 0, grad_shard = 0, grad_slots = 0, param_slots = 0;
-    size_t total() const { return master + base_shard + grad_shard + grad_slots + param_slots; }
+    size_t master = 0, base_shard = 0, grad_shard = 0, grad_slots = 0, param_slots = 0, bf16_shard = 0;
+    size_t total() const { return master + base_shard + grad_shard + grad_slots + param_slots + bf16_shard; }
   };
   const Bytes& bytes() const { return bytes_; }
   // Floats each rank's reduce-scatters send per micro-step (every unit's slot, padding included).
@@ -88,6 +96,7 @@ class ZeroUnits final : public model::Residency {
     uint16_t* buf16 = nullptr;   // stage-3 base slots on the bf16-GEMM table: the GEMMs' copy
     size_t unit = kNone;         // the unit held, being gathered, summed or drained
     Ticket ticket = 0;           // a collective on this slot not yet waited for (0: none)
+    bool widen = false;          // bf16 weights, stage 3: buf16 is being gathered; buf = widened once it is
     bool summing = false;        // gradient slot: the unit's sums of this pass are still coming
     bool packed = false;         // buf16 holds bf16(buf)
     uint64_t used = 0;           // last use (LRU)
@@ -107,7 +116,11 @@ class ZeroUnits final : public model::Residency {
   Slot* resident(model::UnitSet set, size_t unit);
   Slot* free_slot(model::UnitSet set, size_t unit, size_t keep);  // LRU of the unit's pool, not `keep`
   Slot& start_gather(model::UnitSet set, size_t unit, size_t keep);  // into a free slot (not `keep`)
-  void ready(Slot& s);       // the gather waited for
+  void ready(Slot& s);       // the gather waited for (with bf16 weights, then widened)
+  bool sliced() const { return stage_ == 3 || bf16_; }  // the model reads parameters from slots
+  const uint16_t* bf16_copy(const Slot& s, size_t unit) const;  // the GEMMs' copy of the slot's unit
+  void pack_bf16_shard();    // bf16 weights: shard16_ = bf16(master_), if stale
+  void publish_bf16();       // bf16 weights, stage 2: every unit's bf16 pieces into the model's buffer
   float* gathered(model::UnitSet set, size_t offset);  // stage 3: the tensor in its unit's slot
   void prefetch(model::UnitSet set);
   void drop_gathered();
@@ -124,6 +137,9 @@ class ZeroUnits final : public model::Residency {
   const Ops& ops_;
   int stage_;
   bool lora_;
+  bool bf16_;                          // Model::bf16_weights()
+  uint16_t* shard16_ = nullptr;        // bf16 weights: bf16(master_)
+  bool shard16_stale_ = true;
   UnitShards train_plan_, base_plan_;  // base_plan_: LoRA's frozen base only
   float* master_ = nullptr;            // the trainable shard (fp32)
   float* base_shard_ = nullptr;        // stage 3 under LoRA: the frozen base's shard

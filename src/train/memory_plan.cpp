@@ -46,6 +46,7 @@ class PlanCommunicator final : public comm::Communicator {
   void all_gather(float*, size_t) override { none("all_gather"); }
   Ticket start_reduce_scatter_sum(const float*, float*, size_t) override { none("start_reduce_scatter_sum"); }
   Ticket start_all_gather(const float*, float*, size_t) override { none("start_all_gather"); }
+  Ticket start_all_gather_bf16(const uint16_t*, uint16_t*, size_t) override { none("start_all_gather_bf16"); }
   void wait(Ticket) override { none("wait"); }
   void wait_all() override { none("wait_all"); }
   void allreduce_sum_host(double*, size_t) override { none("allreduce_sum_host"); }
@@ -83,11 +84,13 @@ std::string MemoryPlan::describe() const {
 }
 
 MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const MemoryChoice& choice, int rank,
-                       int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora) {
+                       int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora,
+                       bool bf16_weight_dtype) {
   SFTDP_ASSERT(choice.zero_stage >= 0 && choice.zero_stage <= 3, "plan_memory: zero_stage 0 to 3");
   const int B = choice.micro_batch;
   const int model_stage = choice.zero_stage >= 2 ? choice.zero_stage : 0;  // as the trainer makes the model
-  const auto f = model::footprint(d, ops, B, T, choice.remat, bf16_activations, lora, model_stage);
+  const bool bf16w = bf16_weights(bf16_weight_dtype, gpu, choice.zero_stage, lora);
+  const auto f = model::footprint(d, ops, B, T, choice.remat, bf16_activations, lora, model_stage, bf16w);
   MemoryPlan p;
   p.params = f.params, p.grads = f.grads, p.activations = f.activations, p.other = f.other;
 
@@ -97,7 +100,7 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
   size_t trainable = 0;    // of one host copy of what AdamW updates (the parameters, or the adapters)
   {
     const Ops counting = model::counting_ops(ops);
-    const auto model = model::make_model(d, counting, B, T, choice.remat, bf16_activations, lora, model_stage);
+    const auto model = model::make_model(d, counting, B, T, choice.remat, bf16_activations, lora, model_stage, bf16w);
     trainable = model->trainable_layout().total * sizeof(float);
     full_params = model->layout().total * sizeof(float) + (model->lora() ? trainable : 0);
     // The GEMMs' bf16 copy of the full parameters, which the model keeps beside them (Model::bf16_mirrors).
@@ -110,7 +113,8 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
     size_t zero = 0;
     if (const optim::ZeroUnits* units = opt.zero_units()) {
       const optim::ZeroUnits::Bytes& b = units->bytes();
-      p.master_shard = b.master + b.base_shard, p.gathered_units = b.param_slots, p.grad_slots = b.grad_slots;
+      p.master_shard = b.master + b.base_shard + b.bf16_shard, p.gathered_units = b.param_slots;
+      p.grad_slots = b.grad_slots;
       p.params += p.master_shard + p.gathered_units;
       p.grads += b.grad_shard + b.grad_slots;
       zero = b.total();
@@ -177,7 +181,8 @@ MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batc
   const int T = static_cast<int>(cfg.max_target_length);
   const MemoryChoice now{static_cast<int>(batch.micro_batch), cfg.remat, static_cast<int>(cfg.zero_stage)};
   const auto plan_of = [&](const MemoryChoice& c) {
-    return plan_memory(d, ops, T, c, rank, world, gpu, bf16_activations, cpu_threads, lora);
+    return plan_memory(d, ops, T, c, rank, world, gpu, bf16_activations, cpu_threads, lora,
+                       cfg.weight_dtype == "bfloat16");
   };
   const MemoryPlan plan = plan_of(now);
   if (!available.known || plan.total() <= available.bytes) return plan;

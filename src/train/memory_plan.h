@@ -29,7 +29,8 @@ struct MemoryPlan {
   // --plan's table. params: the model's full parameters (zero_stage 0 to 2) + master_shard, the fp32
   // weights of this rank's ZeRO-2/3 shard (and at stage 3 under LoRA the frozen base's) +
   // gathered_units, the stage-3 slots units are all-gathered into before use (with their bf16
-  // copies). grads: the gradient buffer (0, 1), or at 2 and 3 the shard of the sums + grad_slots, the
+  // copies); with bf16 weights the model's parameters are bf16 (2 bytes each, stage 2), master_shard
+  // includes the masters' bf16 copy and gathered_units the slots units are widened into (stage 2 too). grads: the gradient buffer (0, 1), or at 2 and 3 the shard of the sums + grad_slots, the
   // per-unit slots backward writes and reduce-scatters. other: kernel_scratch (Ops::scratch_bytes) +
   // host_copies (CPU ranks: a checkpoint's and the drift check's) + bf16_params (the bf16-GEMM
   // table's copy of the full parameters, zero_stage 0 to 2) + the model's other buffers.
@@ -53,8 +54,18 @@ std::unique_ptr<comm::Communicator> world_only_communicator(int rank, int world)
 // optimiser of choice.zero_stage as the run builds them, the kernels' working memory as
 // ops.scratch_bytes states it, and unless gpu the host copies of the parameters and moments that
 // checkpoints and the drift check make (CPU ranks: host memory is all they have).
+// bf16_weight_dtype: the config asks for weight_dtype bfloat16, which stores bf16 parameters where
+// bf16_weights() says so (at the other stages the parameters stay fp32).
 MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const MemoryChoice& choice, int rank,
-                       int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora = {});
+                       int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora = {},
+                       bool bf16_weight_dtype = false);
+
+// Whether a run stores its parameters as bf16 (model::Model::bf16_weights, issue 25): weight_dtype
+// bfloat16 on the GPU at zero_stage 2 or 3 without LoRA. At zero_stage 0 and 1 the fp32 parameters
+// are the master weights (the GEMMs read a bf16 copy); under LoRA the frozen base stays as loaded.
+inline bool bf16_weights(bool bf16_weight_dtype, bool gpu, int zero_stage, const model::LoraSpec& lora) {
+  return bf16_weight_dtype && gpu && zero_stage >= 2 && !lora.enabled();
+}
 
 struct Available {
   size_t bytes = 0;

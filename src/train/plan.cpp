@@ -74,7 +74,7 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   const int micro = static_cast<int>(batch.micro_batch);
   const auto plan_at = [&](int stage, bool remat, int rank = 0) {
     return plan_memory(dims, ops, T, {micro, remat, stage}, rank, target.ranks, gpu, gpu && cfg.dtype == "bfloat16",
-                       threads, lora);
+                       threads, lora, cfg.weight_dtype == "bfloat16");
   };
 
   const size_t params = model::param_layout(dims).total;
@@ -100,8 +100,12 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   std::fprintf(out, "plan: memory per rank: %s (%s)\n", available.known ? gib(available.bytes).c_str() : "unknown",
                available.what.c_str());
   if (gpu && cfg.weight_dtype == "bfloat16")
-    std::fprintf(out, "plan: weight_dtype bfloat16: the GEMMs read bf16 copies; the parameters themselves are stored "
-                      "as float32 (4 bytes each, and so are the gradient sums)\n");
+    std::fprintf(out, "plan: weight_dtype bfloat16: %s\n",
+                 lora.enabled() ? "the GEMMs read bf16 copies; under LoRA the frozen base is stored as float32"
+                                : "at zero_stage 2 and 3 the parameters are stored as bf16 (2 bytes each) and the "
+                                  "fp32 master weights live in the optimiser's shard; at 0 and 1 the float32 "
+                                  "parameters are the masters and the GEMMs read a bf16 copy; gradient sums are "
+                                  "float32 throughout");
 
   // Rank 0 holds the most: a checkpoint's host copies (CPU ranks). Its shards are every rank's size (at
   // zero_stage 1 a block plus the tail every rank owns; at 2 and 3 equal pieces, padded).

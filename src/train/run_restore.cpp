@@ -136,10 +136,10 @@ void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const mod
                      optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state) {
   std::vector<float> m, v, params;
   if (opt.moments_collective()) opt.moments_to_host(m, v);  // a collective; rank 0 receives them
-  if (model.zero_stage() >= 3) params = model.trainable_to_host();  // likewise
+  if (model.params_sharded()) params = model.trainable_to_host();  // likewise
   if (comm.rank() != 0) return;
   if (!opt.moments_collective()) opt.moments_to_host(m, v);
-  if (model.zero_stage() < 3) params = model.trainable_to_host();
+  if (!model.params_sharded()) params = model.trainable_to_host();
   state.config_yaml = cfg.to_yaml();
   const auto path = checkpoint::save(paths.checkpoint_dir, model.trainable_layout(), params, m, v, state);
   checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
@@ -148,10 +148,10 @@ void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const mod
 
 void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
                    comm::Communicator& comm) {
-  std::vector<float> params;  // ZeRO-3: a collective, rank 0 receives them
-  if (model.zero_stage() >= 3) params = model.lora() ? model.trainable_to_host() : model.params_to_host();
+  std::vector<float> params;  // ZeRO-3, bf16 weights: a collective, rank 0 receives them
+  if (model.params_sharded()) params = model.lora() ? model.trainable_to_host() : model.params_to_host();
   if (comm.rank() != 0) return;
-  if (model.zero_stage() < 3) params = model.lora() ? model.trainable_to_host() : model.params_to_host();
+  if (!model.params_sharded()) params = model.lora() ? model.trainable_to_host() : model.params_to_host();
   const std::string hf_dir = paths.run_dir + "/hf";
   std::error_code ec;
   fs::remove_all(hf_dir, ec);  // an earlier end of this run; the new final checkpoint supersedes it

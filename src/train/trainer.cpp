@@ -133,6 +133,14 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
             (long long)cfg.zero_stage, opt.moment_bytes() / 1048576.0, opt.owned_floats(),
             model.trainable_layout().total);
   log_zero_units(opt, plan.ga_steps);
+  if (model.bf16_weights())
+    log::info("weight_dtype bfloat16: parameters stored as bf16 (%s), fp32 master weights only in this rank's shard; "
+              "the parameter all-gathers move bf16 (half the bytes)",
+              model.zero_stage() == 3 ? "gathered unit by unit" : "the full bf16 buffer, 2 bytes per parameter");
+  else if (in.dev.gpu && cfg.weight_dtype == "bfloat16")
+    log::info("weight_dtype bfloat16: parameters stored as float32 (%s); the GEMMs read a bf16 copy",
+              model.lora() ? "LoRA's frozen base as loaded"
+                           : "at zero_stage 0 and 1 they are the master weights; zero_stage 2 or 3 stores bf16");
   if (model.lora()) {
     const auto& lora = model.lora_spec();
     std::string modules;
@@ -218,10 +226,12 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   // LoRA (issue 17): adapters on a frozen base; the optimiser, the reductions and the checkpoints
   // then hold only the adapters (model.trainable_layout()). ZeRO-2/3: the model holds no full
   // gradient buffer (3: no full parameters either); the optimiser's ZeroUnits holds the shards.
+  // weight_dtype bfloat16 at 2 and 3: bf16 parameters, fp32 masters in the shard (train::bf16_weights).
   const int zero_stage = static_cast<int>(cfg.zero_stage);
-  const auto model_ptr =
-      model::make_model(in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T, cfg.remat,
-                        in.dev.gpu && cfg.dtype == "bfloat16", model::lora_spec(cfg, in.dims), zero_stage >= 2 ? zero_stage : 0);
+  const model::LoraSpec lora = model::lora_spec(cfg, in.dims);
+  const auto model_ptr = model::make_model(
+      in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T, cfg.remat, in.dev.gpu && cfg.dtype == "bfloat16",
+      lora, zero_stage >= 2 ? zero_stage : 0, bf16_weights(cfg.weight_dtype == "bfloat16", in.dev.gpu, zero_stage, lora));
   model::Model& model = *model_ptr;
   optim::AdamW opt(model, comm, zero_stage);
   checkpoint::TrainState state = restore(cfg, in.paths, model, opt, comm, plan.global_batch, in.steps_per_epoch);
@@ -279,8 +289,8 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
                 timed_steps ? time_sum / timed_steps : dt, cfg.log_period);
 
     const bool last = state.step == in.total_steps;
-    // zero_stage 3 keeps no replicated parameters to compare: each rank holds its own shard.
-    if (cfg.param_check_period > 0 && comm.world() > 1 && zero_stage < 3 &&
+    // zero_stage 3 and bf16 weights keep no replicated fp32 parameters to compare: each rank holds its shard.
+    if (cfg.param_check_period > 0 && comm.world() > 1 && !model.params_sharded() &&
         (state.step % cfg.param_check_period == 0 || last)) {
       if (const int n = ranks_differing_from_rank0(model.trainable_to_host(), comm); n > 0)
         die_internal("sftdp", "parameter check", std::to_string(n) + " rank(s) hold parameters that "

@@ -3,7 +3,7 @@
 // bytes as the real model, remat and GQA included); activations are linear in T now that
 // attention keeps (B,NH,T) log-sum-exps, not (B,NH,T,T) probabilities; ZeRO-1 divides the moments;
 // ZeRO-2/3 (planned for 1, 2 and 4 ranks, no MPI) hold 4 + 16/N and 16/N bytes per parameter plus
-// their unit slots, exactly what a real optim::AdamW and ZeroUnits allocate; each Ops table states its
+// their unit slots (with bf16 weights 2 + 18/N and 18/N), exactly what a real optim::AdamW and ZeroUnits allocate; each Ops table states its
 // kernels' working memory (the CPU table attention's tiles, the CUDA tables the formula the plan had);
 // and check_memory passes a plan that fits, refuses one that does not with the figures and every
 // single change that fits (remat, fewer rows per micro-step, the least other zero_stage), or says
@@ -155,6 +155,41 @@ TEST(MemoryPlan, ZeroStagesShrinkTheModelStateWithTheRanks) {
   EXPECT_LT(state(3, 4), state(3, 2));
   EXPECT_LT(state(3, 2), state(1, 2));
   EXPECT_LT(state(2, 4), state(1, 4));
+}
+
+// weight_dtype bfloat16 (issue 25) at zero_stage 2 and 3 on the GPU: the parameters the model holds
+// are bf16 (2 bytes each at stage 2, none at 3) and the masters fp32 in the shard beside their bf16
+// copy (what the all-gathers send): 2 + 18/N and 18/N bytes per parameter plus the slots, against
+// fp32 storage's 4 + 16/N and 16/N. At stages 0 and 1, and under LoRA, nothing changes.
+TEST(MemoryPlan, Bf16WeightsStoreTwoBytesPerParameter) {
+  config::ModelDims d = llama_dims();
+  d.L = 8, d.V = 64;
+  const size_t P = model::param_layout(d).total;
+  Ops bf16 = cpu_ops();
+  bf16.name = "cuda-bf16";  // the plan's GPU table by its identity (src/train/plan.cpp): it runs no kernel
+  const auto plan = [&](int stage, int world, bool bf16w, const model::LoraSpec& lora = {}) {
+    return train::plan_memory(d, bf16, 16, {1, true, stage}, 0, world, /*gpu=*/true, false, 1, lora, bf16w);
+  };
+  const auto state = [](const train::MemoryPlan& p) {
+    return double(p.params + p.grads + p.moments - p.gathered_units - p.grad_slots);
+  };
+  for (int world : {1, 2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const double per_rank = 18.0 * P / world, slack = 18.0 * 16 + 8;  // a padded float per unit and rank
+    EXPECT_NEAR(state(plan(2, world, true)), 2.0 * P + per_rank, slack);
+    EXPECT_NEAR(state(plan(3, world, true)), per_rank, slack);
+    EXPECT_EQ(plan(2, world, true).bf16_params, 0u);  // the parameters are the bf16 copy
+    EXPECT_EQ(plan(2, world, false).bf16_params, P * sizeof(uint16_t));
+    // Stage 2 widens the units in use into slots, as stage 3 gathers them.
+    EXPECT_GT(plan(2, world, true).gathered_units, 0u);
+    EXPECT_EQ(plan(2, world, false).gathered_units, 0u);
+    for (int stage : {0, 1}) EXPECT_EQ(plan(stage, world, true).total(), plan(stage, world, false).total());
+  }
+  EXPECT_LT(plan(2, 4, true).total(), plan(2, 4, false).total());
+  // LoRA: the frozen base stays as loaded.
+  model::LoraSpec lora;
+  lora.rank = 2, lora.modules = {"self_attn.q_proj"};
+  EXPECT_EQ(plan(2, 2, true, lora).total(), plan(2, 2, false, lora).total());
 }
 
 // The plan's kernel scratch is the table's own statement: the CPU table's is attention's tiles, the
