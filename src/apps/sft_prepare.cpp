@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     refuse_output_over_input(input, output);
 
     const Prepared prepared = prepare_jsonl(input, options);
-    write_data_file(output, prepared.rows, tok::kVocabSize);
+    write_data_file(output, prepared.rows, tok::kVocabSize, byte_tokenizer_identity());
     const PrepareStats& s = prepared.stats;
     std::printf("sft_prepare: %s -> %s: %lld examples, %lld rows of T=%d%s\n", input.c_str(),
                 output.c_str(), static_cast<long long>(s.examples),

@@ -22,7 +22,20 @@ void write_column(hid_t file, const char* name, hid_t file_type, hid_t mem_type,
   CHECK_H5(H5Dwrite(dataset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
-void write_file(const std::string& path, const RowSet& rows, int vocab_size) {
+// A variable-length UTF-8 string, as h5py writes a str attribute.
+void write_string_attr(hid_t file, const char* name, const std::string& text) {
+  h5::Handle type(CHECK_H5(H5Tcopy(H5T_C_S1)), H5Tclose);
+  CHECK_H5(H5Tset_size(type.get(), H5T_VARIABLE));
+  CHECK_H5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  h5::Handle space(CHECK_H5(H5Screate(H5S_SCALAR)), H5Sclose);
+  h5::Handle attr(CHECK_H5(H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+                  H5Aclose);
+  const char* data = text.c_str();
+  CHECK_H5(H5Awrite(attr.get(), type.get(), &data));
+}
+
+void write_file(const std::string& path, const RowSet& rows, int vocab_size,
+                const TokenizerIdentity& tokenizer) {
   h5::Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) h5::bad_file(path, "cannot create (is the directory writable?)");
   const hid_t f = file.get();
@@ -46,13 +59,18 @@ void write_file(const std::string& path, const RowSet& rows, int vocab_size) {
     const int64_t vocab = vocab_size;
     CHECK_H5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &vocab));
   }
+  if (!tokenizer.name.empty()) {
+    write_string_attr(f, "tokenizer", tokenizer.name);
+    write_string_attr(f, "tokenizer_hash", tokenizer.hash);
+  }
   // Checked: the last data reach the file here (a full disk shows up now, if not before).
   CHECK_H5(file.close());
 }
 
 }  // namespace
 
-void write_data_file(const std::string& path, const RowSet& rows, int vocab_size) {
+void write_data_file(const std::string& path, const RowSet& rows, int vocab_size,
+                     const TokenizerIdentity& tokenizer) {
   namespace fs = std::filesystem;
   const size_t n = static_cast<size_t>(rows.rows) * rows.T;
   SFTDP_ASSERT(rows.inputs.size() == n && rows.targets.size() == n &&
@@ -67,7 +85,7 @@ void write_data_file(const std::string& path, const RowSet& rows, int vocab_size
 
   const std::string temp = path + ".partial-" + std::to_string(getpid());
   try {
-    write_file(temp, rows, vocab_size);
+    write_file(temp, rows, vocab_size, tokenizer);
   } catch (...) {
     fs::remove(temp, ec);
     throw;

@@ -176,8 +176,34 @@ RowSet RowBuilder::finish() {
   return out;
 }
 
+namespace {
+
+// Parquet files, Arrow IPC files and datasets.save_to_disk directories are what Hugging Face
+// datasets ship; sft_prepare reads JSONL only, so name the preparer that reads them rather than
+// failing on their first byte as invalid JSON.
+void refuse_columnar_input(const std::string& path) {
+  const std::string hint = "; sft_prepare reads JSONL only: run scripts/sft_prepare_hf.py --input " + path +
+                           " (it reads Parquet, Arrow and datasets.save_to_disk directories)";
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const bool saved = std::filesystem::exists(std::filesystem::path(path) / "state.json", ec) ||
+                       std::filesystem::exists(std::filesystem::path(path) / "dataset_info.json", ec);
+    throw UserError(path + (saved ? ": is a datasets.save_to_disk directory" : ": is a directory") + hint);
+  }
+  std::ifstream in(path, std::ios::binary);
+  char head[6] = {};
+  in.read(head, sizeof head);
+  const std::string magic(head, static_cast<size_t>(in.gcount()));
+  if (magic.rfind("PAR1", 0) == 0) throw UserError(path + ": is a Parquet file" + hint);
+  if (magic.rfind("ARROW1", 0) == 0 || magic.rfind("\xff\xff\xff\xff", 0) == 0)
+    throw UserError(path + ": is an Arrow IPC file" + hint);
+}
+
+}  // namespace
+
 Prepared prepare_jsonl(const std::string& path, const PrepareOptions& options) {
   if (!std::filesystem::exists(path)) throw UserError(path + ": not found");
+  refuse_columnar_input(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot be opened for reading");
   RowBuilder builder(options);

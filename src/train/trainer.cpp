@@ -14,8 +14,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
+#include "data/tokenizer_identity.h"
 #include "kernels/ops.h"
 #include "sftdp/check.h"
 #include "sftdp/checkpoint.h"
@@ -69,6 +71,11 @@ struct Inputs {
 };
 
 void check_inputs(const config::Config& cfg, comm::MpiSession& mpi, Inputs& in) {
+  // Before the model's dimensions: a missing path would otherwise fall back to the config's preset
+  // and be reported as a data/model vocabulary mismatch.
+  std::error_code ec;
+  if (!cfg.load_parameters_path.empty() && !std::filesystem::exists(cfg.load_parameters_path, ec))
+    throw UserError("load_parameters_path: " + cfg.load_parameters_path + ": not found");
   in.plan = config::resolve_batch(cfg, mpi.world());
   in.dims = config::model_dims(cfg);
   in.dev = pick_device(cfg, mpi);
@@ -78,6 +85,11 @@ void check_inputs(const config::Config& cfg, comm::MpiSession& mpi, Inputs& in) 
   comm::agree_on_user_errors([&] {
     in.train.emplace(cfg.train_files, in.T, in.dims.V, in.dims.maxT);
     if (!cfg.eval_files.empty()) in.eval.emplace(cfg.eval_files, in.T, in.dims.V, in.dims.maxT);
+    std::vector<std::string> files = cfg.train_files;
+    files.insert(files.end(), cfg.eval_files.begin(), cfg.eval_files.end());
+    const bool hf_dir = std::filesystem::is_directory(cfg.load_parameters_path, ec);
+    for (const auto& line : data::check_tokenizer_identity(files, hf_dir ? cfg.load_parameters_path : "", in.dims.V))
+      log::info("%s", line.c_str());
   });
   in.sampler.emplace(in.train->rows(), in.plan.global_batch, cfg.enable_data_shuffling,
                      static_cast<uint64_t>(cfg.data_shuffle_seed));
