@@ -7,7 +7,9 @@ is visible). Tiny GPT-2 and Llama-family runs of 6 steps on rows with very unequ
   ranks; zero_stage 1 and allreduce_overlap on 2 GPU ranks equal the plain 2-rank run; so do
   zero_stage 2 (reduce-scatters per micro-step, GA 2) and zero_stage 3 (parameters all-gathered per
   unit, with dtype bfloat16: each gathered unit packed to the GEMMs' bf16 copy) on the Llama family,
-  and zero_stage 3 on 4 GPUs x GA 2 is the 1-GPU run;
+  and zero_stage 3 on 4 GPUs x GA 2 is the 1-GPU run; weight_dtype bfloat16 at zero_stage 2 and 3
+  stores bf16 parameters (stages 2 and 3 bitwise equal, fp32 masters in the checkpoint, a stage-3
+  checkpoint continued at stage 2 bitwise);
 - dtype bfloat16 (attention on tensor cores) tracks fp32 (5e-2) without being it, 2 ranks of it equal
   1 rank (1e-5), the log names the tensor-core attention, and its bf16 activation storage is bitwise
   weight_dtype bfloat16's fp32 storage (both round the GEMM inputs); remat on the GPU is bitwise
@@ -54,7 +56,8 @@ GPUS = {"SFTDP_SIM_DEVICES": "2"}
 # the schedule comparison is the same comparison again at twice the simulator time.
 ONE_SCHEDULE = ("gpt2_gpu_again", "gpt2_gpu_w2_zero1", "gpt2_gpu_w2_overlap", "llama_lora_gpu_w2_zero1",
                 "llama_lora_gpu_w2_overlap", "gpt2_gpu_bf16_w2", "llama_gpu_bf16_w2", "llama_gpu_remat", "resume",
-                "gpt2_gpu_w2_ga2", "llama_lora_gpu_w2_zero3", "llama_gpu_w4_zero3")
+                "gpt2_gpu_w2_ga2", "llama_lora_gpu_w2_zero3", "llama_gpu_w4_zero3", "gpt2_gpu_bf16w_w2_ga2_zero2",
+                "llama_gpu_bf16w", "resume_bf16w")
 
 
 def sim_env(name):
@@ -161,6 +164,51 @@ def test_zero2_and_zero3_over_nccl_equal_the_plain_run(runs, note):
          f"params {max_rel(w4[1]['params'], one[1]['params']):.1e}")
     assert rel(losses(w4[0]), losses(one[0])) <= 1e-5
     assert max_rel(w4[1]["params"], one[1]["params"]) <= 1e-4
+
+
+def test_bf16_weights_are_bf16_parameters_with_fp32_masters(cfg, runs, workdir, note):
+    # weight_dtype bfloat16 at zero_stage 2 and 3 (issue 25): the model holds bf16 parameters (stage 2
+    # the full bf16 buffer, stage 3 bf16 units all-gathered) and every kernel reads bf16(master), the
+    # embeddings and norms included; the fp32 masters live in the shard. Stages 2 and 3 are then the
+    # same computation, bitwise; against weight_dtype bfloat16 with fp32 storage (stage 0, whose GEMMs
+    # read the same bf16 copies) only the non-GEMM reads differ: close, but not within the 1e-6 that
+    # stage 2 with fp32 storage keeps to stage 0.
+    z2 = runs("gpt2_gpu_bf16w_w2_ga2_zero2", world=2, hardware="gpu", weight_dtype="bfloat16", zero_stage=2,
+              gradient_accumulation_steps=2)
+    z3 = runs("gpt2_gpu_bf16w_w2_ga2_zero3", world=2, hardware="gpu", weight_dtype="bfloat16", zero_stage=3,
+              gradient_accumulation_steps=2)
+    fp32_stored = runs("gpt2_gpu_bf16_weights", hardware="gpu", weight_dtype="bfloat16")
+    assert bitwise(z2, z3)
+    r = rel(losses(z3[0]), losses(fp32_stored[0]))
+    note(f"cuda e2e: bf16 weights (zero_stage 3, 2 GPUs x GA 2) vs fp32-stored weight_dtype bfloat16: losses {r:.1e}")
+    assert 1e-6 < r <= 1e-3, r
+    # The checkpoint holds the fp32 masters, not their bf16 rounding (low 16 bits not all zero).
+    assert any((np.ascontiguousarray(v, np.float32).view(np.uint32) & 0xFFFF).any() for v in z3[1]["params"].values())
+    # Llama (untied head, RMSNorm): stage 3 on 2 GPUs against stage 2 on 1. The order of the gradient
+    # sums differs; a master one fp32 ulp apart can round to the neighbouring bf16 value (2^-8 relative)
+    # in the next forward, hence bounds 1e-4 rather than fp32 storage's 1e-6 (measured: 5.7e-6).
+    ll3 = runs("llama_gpu_bf16w_w2_zero3", "llama", world=2, hardware="gpu", weight_dtype="bfloat16", zero_stage=3)
+    ll2 = runs("llama_gpu_bf16w", "llama", hardware="gpu", weight_dtype="bfloat16", zero_stage=2)
+    note(f"cuda e2e: Llama bf16 weights, zero_stage 3 on 2 GPUs vs zero_stage 2 on 1: losses "
+         f"{rel(losses(ll3[0]), losses(ll2[0])):.1e}, params {max_rel(ll3[1]['params'], ll2[1]['params']):.1e}")
+    assert rel(losses(ll3[0]), losses(ll2[0])) <= 1e-4
+    assert max_rel(ll3[1]["params"], ll2[1]["params"]) <= 1e-4
+    # Resume: the stage-3 run's step-3 checkpoint continued at stage 2 is the straight run, bitwise (the
+    # masters and moments came back exactly; a bf16-rounded checkpoint would not continue it).
+    out = f"{workdir}/resume_bf16w"
+    shutil.copytree(f"{workdir}/gpt2_gpu_bf16w_w2_ga2_zero3", out)
+    os.remove(f"{out}/e/checkpoints/step_{STEPS}.h5")
+    with open(f"{out}/e/metrics.jsonl") as f:
+        kept = [line for line in f if json.loads(line).get("step", 0) <= 3 and "eval_loss" not in line]
+    with open(f"{out}/e/metrics.jsonl", "w") as f:
+        f.writelines(kept)
+    p = run_train(cfg["gpt2"], {"base_output_directory": out, "hardware": "gpu", "weight_dtype": "bfloat16",
+                                "zero_stage": 2, "gradient_accumulation_steps": 2}, np_=2,
+                  env_extra=sim_env("resume_bf16w"), timeout=900)
+    assert "step_3.h5" in p.stdout and "parameters stored as bf16" in p.stdout, p.stdout
+    resumed = (read_metrics(f"{out}/e")[0], {g: read_params(f"{out}/e/checkpoints/step_{STEPS}.h5", g)
+                                             for g in ("params", "opt/m", "opt/v")})
+    assert bitwise(resumed, z3)
 
 
 LORA = dict(lora_rank=4, lora_alpha=8, lora_dropout=0.1, lora_target_modules="all-linear", learning_rate=1e-2)
