@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && !std::strcmp(argv[1], "--plan")) return plan_main(argc, argv);
   sftdp::comm::MpiSession mpi(argc, argv);
-  // Slurm's pre-timeout USR1 or a TERM that arrives while data and model load is honoured at the
-  // first step boundary instead of killing the process.
+  // Ctrl-C (INT), Slurm's pre-timeout USR1 or a TERM that arrives while data and model load is
+  // honoured at the first step boundary instead of killing the process.
   sftdp::train::install_stop_handlers();
   // A write to a closed pipe or socket fails with EPIPE instead of killing the rank. When all ranks
   // end with exit 2 together, srun --kill-on-bad-exit ends the step on the first exit; a rank
