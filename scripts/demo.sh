@@ -40,5 +40,5 @@ open(".demo_checkpoint", "w").write(f"{ckpts}/{newest}")
 PY
 # What the model answers now, greedy, on the first eval prompts (not seen in training).
 echo "greedy completions on held-out prompts:"
-/usr/bin/python3 scripts/sample.py "$(cat .demo_checkpoint)" "$DATA/eval.jsonl" 12
+SFTDP_BUILD_DIR="$BUILD" /usr/bin/python3 scripts/sample.py "$(cat .demo_checkpoint)" "$DATA/eval.jsonl" 12  # sft_generate
 rm -f .demo_checkpoint
