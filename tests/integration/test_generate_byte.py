@@ -3,10 +3,8 @@ of 3 steps on byte-vocabulary data (264 ids) writes a checkpoint; scripts/sample
 wrapper over sft_generate, prints for each eval prompt the completion that the float64 reference
 GPT-2 (tests/model/reference_gpt2.py, what sample.py itself used to run) decodes greedily until
 <|eos|> (at most 64 tokens), and the "K of N exactly right" line; `sft_generate --prompt` prints the
-same text, and scripts/generate.py --prompt / --chat (byte tokenizer: <|bos|><|user|>X<|end|><|assistant|>,
-stopping at <|end|>) agree with sft_generate given those ids. The reference applies to llama-tiny
-too (another family, the same checkpoint path) through the cache-free recomputation of test_hf_llama's
-float64 reference."""
+same text, and scripts/generate.py --chat (byte tokenizer: <|bos|><|user|>X<|end|><|assistant|>,
+stopping at <|end|>) agree with sft_generate given those ids."""
 import json
 import os
 import subprocess
