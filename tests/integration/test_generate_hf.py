@@ -150,3 +150,44 @@ def test_bad_input_is_one_error_line_with_exit_2(models):
     assert r.returncode == 2 and "error: --top-p" in r.stderr
     r = sft_generate(f"{d}/llama", PROMPTS, "--prompt", "hi", check=False)
     assert r.returncode == 2 and "byte tokenizer" in r.stderr
+
+
+def make_chat_tokenizer(out):
+    """A word-level tokenizer of 40 ids (the tiny models have 64) with ChatML's markers as special tokens and
+    ChatML as its chat template, saved with save_pretrained beside a model."""
+    from tokenizers import Tokenizer, models as tm, pre_tokenizers
+    words = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "user", "assistant", "system", "hi", "there", "how",
+             "are", "you"] + [f"w{i}" for i in range(29)]
+    tok = Tokenizer(tm.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", unk_token="w0",
+                                                additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    fast.chat_template = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+                          "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+                          "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    fast.save_pretrained(out)
+    return fast
+
+
+def test_generate_py_chat_renders_the_template_and_stops_at_its_end_of_turn(models):
+    import sys
+    d = models
+    sys.path.insert(0, os.path.join(os.environ.get("SFTDP_SOURCE_DIR", "../.."), "scripts"))
+    import generate as front
+    tok = make_chat_tokenizer(f"{d}/qwen2")
+    assert front.HfTokenizer(f"{d}/qwen2").stop_ids(chat=True) == [2, 0]  # <|im_end|>, then eos <|endoftext|>
+    assert front.HfTokenizer(f"{d}/qwen2").stop_ids(chat=False) == [0]
+    messages = [{"role": "system", "content": "how are you"}, {"role": "user", "content": "hi there"}]
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True)
+    assert front.HfTokenizer(f"{d}/qwen2").encode_chat(messages) == ids
+    model = load(f"{d}/qwen2")
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=NEW, do_sample=False, eos_token_id=[2, 0], pad_token_id=0)
+    new = out[0, len(ids):].tolist()
+    want = tok.decode(new[:-1] if new[-1] in (0, 2) else new, skip_special_tokens=True)
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(front.__file__), "generate.py"), "--model",
+                        f"{d}/qwen2", "--chat", "hi there", "--system", "how are you", "--max-new-tokens", str(NEW),
+                        "--hardware", "cpu"], capture_output=True, text=True, env=dict(os.environ, SFTDP_BUILD_DIR=BUILD))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == want + "\n"
