@@ -51,17 +51,6 @@ data::Batch random_batch(int B, int T, int V, int prompt) {
   return b;
 }
 
-double train_flops(const config::ModelDims& d, int B, int T) {
-  const double C = d.C, F = d.F, V = d.V;
-  if (d.block == config::Block::kLlama) {
-    const double QKV = d.qkv_dim(), A = d.attn_dim();
-    const double gemm_weights = d.L * (C * QKV + A * C + C * 2 * F + F * C) + C * V;
-    return (6.0 * gemm_weights + 12.0 * d.L * A * T) * B * T;
-  }
-  const double gemm_weights = d.L * (3 * C * C + C * C + 2 * C * F) + C * V;
-  return (6.0 * gemm_weights + 12.0 * d.L * C * T) * B * T;
-}
-
 double sgemm_gflops(int M, int N, int K, int reps) {
   const auto a = random_floats(static_cast<size_t>(M) * K, 1), b = random_floats(static_cast<size_t>(N) * K, 2);
   std::vector<float> c(static_cast<size_t>(M) * N);

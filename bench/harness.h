@@ -11,6 +11,7 @@
 
 #include "sftdp/config.h"
 #include "sftdp/data.h"
+#include "train/flops.h"
 
 namespace sftdp::bench {
 
@@ -27,16 +28,9 @@ std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t hi);
 data::Batch random_batch(int B, int T, int V, int prompt = -1);
 
 // Training FLOPs of one optimizer step of model `d` on B×T tokens — the one count every bench
-// reports GFLOP/s and MFU in (llm.c's and PaLM's convention): 6 per GEMM weight per token (2
-// forward, 4 backward; every Linear and the LM head; embeddings, biases and norms are no GEMM
-// work) plus 12·L·T·(attention width) per token for attention (q·kᵀ and att·v, 4·T·width forward
-// per layer, ×3), counting the full T×T although the causal mask zeroes half of it.
-//   GPT-2:        6·[L·(3C·C + C·C + 2·C·F) + C·V] + 12·L·C·T                 per token
-//   Llama family: 6·[L·(C·QKV + A·C + C·2F + F·C) + C·V] + 12·L·NH·HS·T      per token
-// with QKV = (NH + 2·KVH)·HS (fused q|k|v rows) and A = NH·HS; the Llama MLP is gate|up (C·2F)
-// then down (F·C); the LM head counts C·V tied or untied. RMSNorm, RoPE, SwiGLU and the Qwen3
-// q/k norms are elementwise (no GEMM) and not counted.
-double train_flops(const config::ModelDims& d, int B, int T);
+// reports GFLOP/s and MFU in, as the training log its TFLOP/s: train::train_flops, whose header
+// (src/train/flops.h) states the formula.
+using train::train_flops;
 
 // Throughput of plain cblas_sgemm on this machine, GFLOP/s (2·M·N·K flops per call), for the
 // matmul_fwd call C(M,N) = A(M,K)·B(N,K)ᵀ; median over reps. OpenBLAS runs its own threads,

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Draws the curves of one or several runs against the step to a PNG (docs/SPEC.md §6): loss and
-eval_loss, grad_norm, lr and tokens_per_s, one panel each, one colour per run with a legend by run.
+eval_loss, grad_norm, lr, tokens_per_s and (in files that have it) tflops, one panel each, one colour
+per run with a legend by run.
 
     scripts/plot_metrics.py RUN [RUN ...] [-o metrics.png] [--labels A,B,...]
 
 Each RUN is a run directory <base_output_directory>/<run_name> (its metrics.jsonl is read) or a
 metrics.jsonl. A run is labelled by its directory's name (--labels names them instead). The default
 output is loss.png beside the metrics.jsonl of a single run, and metrics.png in the current directory
-for several. Skipped steps (loss null) are left out of loss, grad_norm and tokens_per_s (their norm and
-speed say nothing), kept in lr. Needs matplotlib (Debian's python3-matplotlib, installed by
+for several. Skipped steps (loss null) are left out of loss, grad_norm, tokens_per_s and tflops (their
+norm and speed say nothing), kept in lr. Needs matplotlib (Debian's python3-matplotlib, installed by
 scripts/install_deps.sh); draws with the Agg backend (no display).
 Bad input: one `error:` line on stderr, exit 2, nothing written."""
 import argparse
@@ -22,8 +23,9 @@ PANELS = [
     ("grad_norm", "global norm before clipping", [("grad_norm", "-", "")]),
     ("lr", "learning rate", [("lr", "-", "")]),
     ("tokens_per_s", "tokens / s", [("tokens_per_s", "-", "")]),
+    ("tflops", "model TFLOP/s (whole job)", [("tflops", "-", "")]),
 ]
-STEP_KEYS = ("loss", "grad_norm", "lr", "tokens_per_s")  # the per-step keys read
+STEP_KEYS = ("loss", "grad_norm", "lr", "tokens_per_s", "tflops")  # the per-step keys read
 
 
 def fail(msg):
@@ -32,7 +34,7 @@ def fail(msg):
 
 
 def read_metrics(path):
-    """{key: [(step, value)]} of a metrics.jsonl for loss, eval_loss, grad_norm, lr, tokens_per_s."""
+    """{key: [(step, value)]} of a metrics.jsonl for loss, eval_loss, grad_norm, lr, tokens_per_s, tflops."""
     series = {k: [] for k in STEP_KEYS + ("eval_loss",)}
     try:
         with open(path, encoding="utf-8") as f:

@@ -75,6 +75,8 @@ void MetricsWriter::step(const StepMetrics& m) {
   j["tokens_per_s"] = m.tokens_per_s;
   j["step_time_s"] = m.step_time_s;
   j["epoch"] = m.epoch;
+  j["tflops"] = m.tflops;
+  if (m.mfu >= 0) j["mfu"] = m.mfu;
   if (m.skipped) j["skipped"] = true;
   write_line(j.dump());
   if (!m.skipped) {  // a skipped step has no loss, and its norm and speed say nothing

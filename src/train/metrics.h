@@ -16,6 +16,8 @@ struct StepMetrics {
   int64_t step = 0;  // completed steps (first line: 1)
   double loss = 0, lr = 0, grad_norm = 0, weight_sum = 0, tokens_per_s = 0, step_time_s = 0;
   int64_t epoch = 0;
+  double tflops = 0;  // the job's model FLOPs (train/flops.h) per second, in 1e12
+  double mfu = -1;    // tflops / the job's dense bf16 peak; < 0: peak unknown (CPU), not written
   bool skipped = false;
 };
 

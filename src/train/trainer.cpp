@@ -27,6 +27,7 @@
 #include "optim/zero_units.h"
 #include "train/device.h"
 #include "train/evaluate.h"
+#include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/param_check.h"
@@ -202,25 +203,44 @@ optim::StepStats train_step(const config::Config& cfg, const Inputs& in, const s
   return opt.apply(cfg, lr, t);
 }
 
+// What one step of the whole job does, for its speed: tokens, model FLOPs (train/flops.h) and the
+// job's peak FLOP/s (0 when unknown: CPU ranks, or a GPU the cost model does not know).
+struct StepWork {
+  double tokens = 0, flops = 0, peak_flops = 0;
+};
+
+StepWork step_work(const Inputs& in, int world) {
+  StepWork w;
+  w.tokens = double(in.plan.global_batch) * in.T;
+  w.flops = train_flops(in.dims, in.plan.global_batch, in.T);
+  if (in.dev.gpu) w.peak_flops = world * peak_bf16_tflops(current_device_name()) * 1e12;
+  return w;
+}
+
 // Rank 0's metrics line and the progress line of a finished step.
 void record_step(MetricsWriter* writer, const optim::StepStats& stats, const checkpoint::TrainState& state,
-                 int64_t epoch_of_step, int64_t total_steps, double lr, double dt, double tokens_per_step,
+                 int64_t epoch_of_step, int64_t total_steps, double lr, double dt, const StepWork& work,
                  double avg_step_s, int64_t log_period) {
+  const double tflops = work.flops / dt / 1e12;
+  const double mfu = work.peak_flops > 0 ? work.flops / dt / work.peak_flops : -1;
   if (writer) {
     StepMetrics m;
     m.step = state.step;
     m.loss = stats.loss, m.lr = lr, m.grad_norm = stats.grad_norm, m.weight_sum = stats.weight_sum;
-    m.tokens_per_s = tokens_per_step / dt, m.step_time_s = dt, m.epoch = epoch_of_step;
+    m.tokens_per_s = work.tokens / dt, m.step_time_s = dt, m.epoch = epoch_of_step;
+    m.tflops = tflops, m.mfu = mfu;
     m.skipped = stats.skipped;
     writer->step(m);
   }
+  char mfu_text[32] = "";
+  if (mfu >= 0) std::snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", 100 * mfu);
   if (stats.skipped)
     log::info("step %lld/%lld | skipped: no token with loss weight > 0 in the global batch", (long long)state.step,
               (long long)total_steps);
   else if (state.step % log_period == 0 || state.step == total_steps)
-    log::info("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f tok/s | %.1f ms | eta %s",
-              (long long)state.step, (long long)total_steps, stats.loss, lr, stats.grad_norm, tokens_per_step / dt,
-              dt * 1e3, format_eta(avg_step_s * (total_steps - state.step)).c_str());
+    log::info("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f tok/s | %.4g TFLOP/s%s | %.1f ms | eta %s",
+              (long long)state.step, (long long)total_steps, stats.loss, lr, stats.grad_norm, work.tokens / dt, tflops,
+              mfu_text, dt * 1e3, format_eta(avg_step_s * (total_steps - state.step)).c_str());
 }
 
 }  // namespace
@@ -273,7 +293,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
 
   if (state.step == 0) run_eval(0);  // the baseline the run is judged against
   data::Batch batch;
-  const double tokens_per_step = double(plan.global_batch) * in.T;
+  const StepWork work = step_work(in, comm.world());
   double time_sum = 0;
   int64_t timed_steps = 0;
   while (state.step < in.total_steps) {
@@ -297,7 +317,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     state.step += 1;
     if (++state.step_in_epoch == in.steps_per_epoch) state.epoch += 1, state.step_in_epoch = 0;
     if (state.step > 1 || in.total_steps == 1) time_sum += dt, ++timed_steps;  // step 1 warms up
-    record_step(metrics(), stats, state, epoch_of_step, in.total_steps, lr, dt, tokens_per_step,
+    record_step(metrics(), stats, state, epoch_of_step, in.total_steps, lr, dt, work,
                 timed_steps ? time_sum / timed_steps : dt, cfg.log_period);
 
     const bool last = state.step == in.total_steps;

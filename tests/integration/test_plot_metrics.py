@@ -1,5 +1,6 @@
 """scripts/plot_metrics.py overlays several runs (docs/SPEC.md §6): given two metrics files it writes one
-PNG whose panels hold, per run, loss and eval_loss, grad_norm, lr and tokens_per_s, labelled by run.
+PNG whose panels hold, per run, loss and eval_loss, grad_norm, lr, tokens_per_s and tflops (where a file
+has it), labelled by run.
 What is drawn is checked through panel_lines (the data the figure is made of), not through pixels."""
 import importlib.util
 import json
@@ -37,7 +38,7 @@ RUN_A = [{"step": 0, "eval_loss": 4.0, "eval_weight_sum": 8.0}, step(1, 3.5, 1e-
          {"step": 3, "loss": None, "lr": 3e-4, "grad_norm": 0.0, "weight_sum": 0, "tokens_per_s": 0.0,
           "step_time_s": 0.1, "epoch": 0, "skipped": True},
          {"step": 3, "eval_loss": 2.9, "eval_weight_sum": 8.0}]
-RUN_B = [step(1, 3.6, 5e-5, 2.5, 400.0), step(2, 3.4, 5e-5, 2.2, 410.0)]
+RUN_B = [dict(step(1, 3.6, 5e-5, 2.5, 400.0), tflops=0.5), dict(step(2, 3.4, 5e-5, 2.2, 410.0), tflops=0.52)]
 
 
 def lines_of(panels):
@@ -61,7 +62,7 @@ def test_two_runs_overlaid_with_every_series(tmp_path):
     labels = pm.run_labels(paths)
     assert labels == ["lr1e-4", "lr5e-5"]
     panels = pm.panel_lines([(label, pm.read_metrics(path)) for label, path in zip(labels, paths)])
-    assert [title for title, _, _ in panels] == ["loss", "grad_norm", "lr", "tokens_per_s"]
+    assert [title for title, _, _ in panels] == ["loss", "grad_norm", "lr", "tokens_per_s", "tflops"]
     got = lines_of(panels)
     assert got == {
         ("loss", "lr1e-4 train"): ([1, 2], [3.5, 3.0]),
@@ -73,6 +74,7 @@ def test_two_runs_overlaid_with_every_series(tmp_path):
         ("lr", "lr5e-5"): ([1, 2], [5e-5, 5e-5]),
         ("tokens_per_s", "lr1e-4"): ([1, 2], [900.0, 950.0]),
         ("tokens_per_s", "lr5e-5"): ([1, 2], [400.0, 410.0]),
+        ("tflops", "lr5e-5"): ([1, 2], [0.5, 0.52]),  # only run B's file has the column
     }
 
 
