@@ -26,32 +26,35 @@ def stop_config(d, steps=2000, global_batch_size=16, rows=256):
 
 
 class SignalledRun:
-    """sft_train on cfg with key=value overrides, alone (np_=1) or under mpirun -np np_."""
+    """sft_train on cfg with key=value overrides, alone (np_=1), under mpirun -np np_, or after
+    another launcher's words (srun ...: its ranks are not its children and stay unknown)."""
 
-    def __init__(self, cfg, run_dir, overrides, np_=1):
-        self.run_dir, self.np_ = run_dir, np_
+    def __init__(self, cfg, run_dir, overrides, np_=1, launcher=None, env=None):
+        self.run_dir, self.np_, self.launcher = run_dir, np_, launcher
         os.makedirs(run_dir, exist_ok=True)
         self.out_path, self.err_path = f"{run_dir}.stdout", f"{run_dir}.stderr"
         cmd = [SFT_TRAIN, cfg] + [f"{k}={v}" for k, v in overrides.items()]
-        if np_ > 1:
+        if launcher:
+            cmd = launcher + cmd
+        elif np_ > 1:
             cmd = ["mpirun", "-np", str(np_), "--oversubscribe"] + cmd
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=dict(os.environ, **MPI_ENV),
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=dict(env or os.environ, **MPI_ENV),
                                          start_new_session=True)
         self.ranks = {}
 
     def wait_steps(self, n, timeout=60):
         """Waits until metrics.jsonl has n steps; then knows the ranks' PIDs."""
         step = wait_metrics(self.run_dir, n, timeout)
-        if self.np_ == 1:
+        if self.np_ == 1 and not self.launcher:
             self.ranks = {0: self.proc.pid}
-        else:
+        elif not self.launcher:
             self.ranks = {world_rank(p): p for p in children(self.proc.pid)}
             assert set(self.ranks) == set(range(self.np_)), f"mpirun's children are the ranks: {self.ranks}"
         return step
 
     def kill(self, sig, rank=None):
-        """Sends sig to a rank, or (rank None) to the process started: mpirun or the lone rank."""
+        """Sends sig to a rank, or (rank None) to the process started: the launcher or the lone rank."""
         os.kill(self.proc.pid if rank is None else self.ranks[rank], sig)
 
     def wait_stderr(self, text, timeout=10):
