@@ -73,9 +73,11 @@ class Communicator {
   using Ticket = uint64_t;
   virtual Ticket start_reduce_scatter_sum(const float* send, float* recv, size_t block) = 0;
   virtual Ticket start_all_gather(const float* send, float* recv, size_t block) = 0;
-  // The same all-gather of 16-bit values (bf16 bits: weight_dtype bfloat16's parameters, issue 25):
-  // block values of send, world·block of recv; half the bytes of the fp32 form.
-  virtual Ticket start_all_gather_bf16(const uint16_t* send, uint16_t* recv, size_t block) = 0;
+  // The all-gather of 16-bit values (bf16 bits: weight_dtype bfloat16's parameters, issue 25), IN
+  // PLACE on world·block values: on entry buf[rank·block, (rank+1)·block) holds this rank's block,
+  // afterwards buf holds every rank's (so the sender needs no buffer of its own); half the bytes of
+  // the fp32 form. Otherwise as start_all_gather (tickets, waits, ordering). One rank: nothing moves.
+  virtual Ticket start_all_gather_bf16(uint16_t* buf, size_t block) = 0;
   virtual void wait(Ticket ticket) = 0;
   virtual void wait_all() = 0;
   // Host-side helpers, always over MPI: sums of doubles, broadcast of bytes, barrier.

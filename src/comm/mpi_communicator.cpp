@@ -95,11 +95,11 @@ class MpiCommunicator final : public MpiHostCommunicator {
                                MPI_FLOAT, MPI_COMM_WORLD, request));
     });
   }
-  Ticket start_all_gather_bf16(const uint16_t* send, uint16_t* recv, size_t block) override {
-    assert_out_of_place("start_all_gather_bf16", send, block, recv, world_ * block);
-    return start_shard(kShardAllGather, send, recv, block, [&](MPI_Request* request) {
-      CHECK_MPI(MPI_Iallgather(send, static_cast<int>(block), MPI_UINT16_T, recv, static_cast<int>(block),
-                               MPI_UINT16_T, MPI_COMM_WORLD, request));
+  Ticket start_all_gather_bf16(uint16_t* buf, size_t block) override {
+    uint16_t* mine = buf + static_cast<size_t>(rank_) * block;
+    return start_shard(kShardAllGather, mine, mine, block, [&](MPI_Request* request) {
+      CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, static_cast<int>(block), MPI_UINT16_T,
+                               MPI_COMM_WORLD, request));
     });
   }
   // Completes the FIFO's prefix up to `ticket` under one deadline; tickets already waited for
@@ -131,7 +131,7 @@ class MpiCommunicator final : public MpiHostCommunicator {
     const Ticket ticket = ++last_ticket_;
     if (block == 0) return ticket;
     if (world_ == 1) {
-      std::memcpy(recv, send, block * sizeof(T));
+      if (recv != send) std::memcpy(recv, send, block * sizeof(T));  // in place (bf16): nothing to move
       return ticket;
     }
     SFTDP_ASSERT(block <= INT_MAX, "zero_stage 2/3: a shard above INT_MAX floats (MPI's count limit)");

@@ -119,10 +119,11 @@ class NcclCommunicator final : public MpiHostCommunicator {
     return start_shard(kShardAllGather, block,
                        [&] { CHECK_NCCL(ncclAllGather(send, recv, block, ncclFloat, comm_, stream_)); });
   }
-  Ticket start_all_gather_bf16(const uint16_t* send, uint16_t* recv, size_t block) override {
-    assert_out_of_place("start_all_gather_bf16", send, block, recv, world_ * block);
-    return start_shard(kShardAllGather, block,
-                       [&] { CHECK_NCCL(ncclAllGather(send, recv, block, ncclBfloat16, comm_, stream_)); });
+  // In place: NCCL's in-place form sends from buf + rank·block.
+  Ticket start_all_gather_bf16(uint16_t* buf, size_t block) override {
+    return start_shard(kShardAllGather, block, [&] {
+      CHECK_NCCL(ncclAllGather(buf + static_cast<size_t>(rank_) * block, buf, block, ncclBfloat16, comm_, stream_));
+    });
   }
   // The kernels' stream waits for the newest started collective at or before `ticket`; the host
   // goes on. cudaStreamWaitEvent takes the event's record as it is at the call, so every event of

@@ -29,7 +29,6 @@ ZeroUnits::ZeroUnits(model::Model& model, comm::Communicator& comm, int stage)
   master_ = static_cast<float*>(alloc(train_plan_.total * sizeof(float), bytes_.master));
   accum_ = static_cast<float*>(alloc(train_plan_.total * sizeof(float), bytes_.grad_shard));
   if (stage == 3 && lora_) base_shard_ = static_cast<float*>(alloc(base_plan_.total * sizeof(float), bytes_.base_shard));
-  if (bf16_) shard16_ = static_cast<uint16_t*>(alloc(train_plan_.total * sizeof(uint16_t), bytes_.bf16_shard));
   // Gradient slots over the trainable units; parameter slots (stage 3, and 2 with bf16 weights) over
   // both sets. Blocks get two (one in use or summing while the other is gathered or drained), the
   // other classes one.
@@ -213,8 +212,7 @@ ZeroUnits::Slot& ZeroUnits::start_gather(UnitSet set, size_t unit, size_t keep) 
   if (!bf16_) {
     victim->ticket = comm_.start_all_gather(shard_of(set) + p.offset, victim->buf, p.piece);
   } else if (stage_ == 3) {  // the bf16 pieces; widened when waited for
-    pack_bf16_shard();
-    victim->ticket = comm_.start_all_gather_bf16(shard16_ + p.offset, victim->buf16, p.piece);
+    victim->ticket = gather_bf16(unit, victim->buf16);
     victim->widen = true;
   } else {  // stage 2: from the model's bf16 buffer, queued in order with the kernels
     const Unit& u = units(set)[unit];
@@ -238,10 +236,10 @@ const uint16_t* ZeroUnits::bf16_copy(const Slot& s, size_t unit) const {
   return const_cast<model::Model&>(model_).params_bf16() + units(UnitSet::kBase)[unit].begin;
 }
 
-void ZeroUnits::pack_bf16_shard() {
-  if (!shard16_stale_) return;
-  ops_.bf16_pack(shard16_, master_, train_plan_.total);
-  shard16_stale_ = false;
+ZeroUnits::Ticket ZeroUnits::gather_bf16(size_t unit, uint16_t* dst) {
+  const UnitShard& p = train_plan_.units[unit];
+  ops_.bf16_pack(dst + static_cast<size_t>(comm_.rank()) * p.piece, master_ + p.offset, p.piece);
+  return comm_.start_all_gather_bf16(dst, p.piece);
 }
 
 // The next unit this set uses in the pass, if it is not already here, into a slot other than the
@@ -327,7 +325,6 @@ void ZeroUnits::zero_grads() {
 // ---- between steps -------------------------------------------------------------------------
 
 void ZeroUnits::publish() {
-  shard16_stale_ = true;  // bf16 weights: the masters changed
   if (stage_ == 3) return drop_gathered();
   if (bf16_) return publish_bf16();
   // Stage 2: each unit's pieces gathered into a gradient slot of its class (free between steps) and
@@ -348,7 +345,6 @@ void ZeroUnits::publish() {
 // As publish's fp32 form, with bf16 pieces (half the bytes) into the model's bf16 buffer; the gradient
 // slots (free between steps) stage them. The widened units of the old values are dropped.
 void ZeroUnits::publish_bf16() {
-  pack_bf16_shard();
   drop_gathered();
   uint16_t* full = model_.params_bf16();
   const auto& us = model_.trainable_units();
@@ -358,7 +354,7 @@ void ZeroUnits::publish_bf16() {
     s.used = ++clock_;
     uint16_t* staging = reinterpret_cast<uint16_t*>(s.buf);  // world·piece floats hold world·piece bf16
     const UnitShard& p = train_plan_.units[u];
-    comm_.wait(comm_.start_all_gather_bf16(shard16_ + p.offset, staging, p.piece));
+    comm_.wait(gather_bf16(u, staging));
     ops_.copy(full + p.begin, staging, p.size * sizeof(uint16_t));
   }
   comm_.wait_all();
@@ -416,7 +412,6 @@ void ZeroUnits::load_range(UnitSet set, size_t begin, const float* data, size_t 
     ops_.to_device(model_.params_bf16() + begin, packed.data(), n * sizeof(uint16_t));
   }
   scatter(set, shard_of(set), begin, data, n);
-  shard16_stale_ = true;
 }
 
 std::vector<float> ZeroUnits::to_host(UnitSet set) {

@@ -19,10 +19,10 @@
 // (the last blocks after the head, the vectors, a tied embedding) are not gathered twice. On the
 // bf16-GEMM table each gathered base unit is packed to bf16 once and registered as the GEMMs' copy.
 //
-// bf16 weights (weight_dtype bfloat16, Model::bf16_weights): the masters stay fp32 in the shard and
-// are packed to a bf16 shard after each update. Stage 2: the bf16 pieces are all-gathered into the
-// model's full bf16 buffer (half the bytes of the fp32 all-gather); stage 3: a unit's bf16 pieces
-// are all-gathered into the slot's bf16 copy. In both, a unit in use is widened to fp32 in a slot
+// bf16 weights (weight_dtype bfloat16, Model::bf16_weights): the masters stay fp32 in the shard; a
+// unit's piece is packed to bf16 into its own place of the gather's destination, which an in-place
+// all-gather of bf16 (half the bytes of the fp32 one) completes. Stage 2: after each update, through
+// a staging slot into the model's full bf16 buffer; stage 3: into the slot's bf16 copy on use. In both, a unit in use is widened to fp32 in a slot
 // (the stage-3 slots, also at stage 2, where the widening is local) and its bf16 values are the
 // GEMMs' copy: every kernel reads bf16(master), and no full fp32 parameter buffer exists.
 //
@@ -65,10 +65,9 @@ class ZeroUnits final : public model::Residency {
   // counting table: train/memory_plan.cpp): the master shard and (stage 3, LoRA) the frozen base's
   // shard, the gradient sums' shard, the gradient slots with their pieces, the parameter slots (stage
   // 3) with their bf16 copies.
-  // bf16_shard: with bf16 weights, the masters' bf16 copy (what the all-gathers send).
   struct Bytes {
-    size_t master = 0, base_shard = 0, grad_shard = 0, grad_slots = 0, param_slots = 0, bf16_shard = 0;
-    size_t total() const { return master + base_shard + grad_shard + grad_slots + param_slots + bf16_shard; }
+    size_t master = 0, base_shard = 0, grad_shard = 0, grad_slots = 0, param_slots = 0;
+    size_t total() const { return master + base_shard + grad_shard + grad_slots + param_slots; }
   };
   const Bytes& bytes() const { return bytes_; }
   // Floats each rank's reduce-scatters send per micro-step (every unit's slot, padding included).
@@ -119,7 +118,9 @@ class ZeroUnits final : public model::Residency {
   void ready(Slot& s);       // the gather waited for (with bf16 weights, then widened)
   bool sliced() const { return stage_ == 3 || bf16_; }  // the model reads parameters from slots
   const uint16_t* bf16_copy(const Slot& s, size_t unit) const;  // the GEMMs' copy of the slot's unit
-  void pack_bf16_shard();    // bf16 weights: shard16_ = bf16(master_), if stale
+  // bf16 weights: this rank's piece of unit u packed to bf16 at dst + rank·piece, then dst (world·piece
+  // values) all-gathered in place.
+  Ticket gather_bf16(size_t unit, uint16_t* dst);
   void publish_bf16();       // bf16 weights, stage 2: every unit's bf16 pieces into the model's buffer
   float* gathered(model::UnitSet set, size_t offset);  // stage 3: the tensor in its unit's slot
   void prefetch(model::UnitSet set);
@@ -138,8 +139,6 @@ class ZeroUnits final : public model::Residency {
   int stage_;
   bool lora_;
   bool bf16_;                          // Model::bf16_weights()
-  uint16_t* shard16_ = nullptr;        // bf16 weights: bf16(master_)
-  bool shard16_stale_ = true;
   UnitShards train_plan_, base_plan_;  // base_plan_: LoRA's frozen base only
   float* master_ = nullptr;            // the trainable shard (fp32)
   float* base_shard_ = nullptr;        // stage 3 under LoRA: the frozen base's shard

@@ -46,7 +46,7 @@ class PlanCommunicator final : public comm::Communicator {
   void all_gather(float*, size_t) override { none("all_gather"); }
   Ticket start_reduce_scatter_sum(const float*, float*, size_t) override { none("start_reduce_scatter_sum"); }
   Ticket start_all_gather(const float*, float*, size_t) override { none("start_all_gather"); }
-  Ticket start_all_gather_bf16(const uint16_t*, uint16_t*, size_t) override { none("start_all_gather_bf16"); }
+  Ticket start_all_gather_bf16(uint16_t*, size_t) override { none("start_all_gather_bf16"); }
   void wait(Ticket) override { none("wait"); }
   void wait_all() override { none("wait_all"); }
   void allreduce_sum_host(double*, size_t) override { none("allreduce_sum_host"); }
@@ -113,8 +113,7 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
     size_t zero = 0;
     if (const optim::ZeroUnits* units = opt.zero_units()) {
       const optim::ZeroUnits::Bytes& b = units->bytes();
-      p.master_shard = b.master + b.base_shard + b.bf16_shard, p.gathered_units = b.param_slots;
-      p.grad_slots = b.grad_slots;
+      p.master_shard = b.master + b.base_shard, p.gathered_units = b.param_slots, p.grad_slots = b.grad_slots;
       p.params += p.master_shard + p.gathered_units;
       p.grads += b.grad_shard + b.grad_slots;
       zero = b.total();

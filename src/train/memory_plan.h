@@ -29,8 +29,8 @@ struct MemoryPlan {
   // --plan's table. params: the model's full parameters (zero_stage 0 to 2) + master_shard, the fp32
   // weights of this rank's ZeRO-2/3 shard (and at stage 3 under LoRA the frozen base's) +
   // gathered_units, the stage-3 slots units are all-gathered into before use (with their bf16
-  // copies); with bf16 weights the model's parameters are bf16 (2 bytes each, stage 2), master_shard
-  // includes the masters' bf16 copy and gathered_units the slots units are widened into (stage 2 too). grads: the gradient buffer (0, 1), or at 2 and 3 the shard of the sums + grad_slots, the
+  // copies); with bf16 weights the model's parameters are bf16 (2 bytes each, stage 2) and
+  // gathered_units also holds the slots stage 2 widens the units in use into. grads: the gradient buffer (0, 1), or at 2 and 3 the shard of the sums + grad_slots, the
   // per-unit slots backward writes and reduce-scatters. other: kernel_scratch (Ops::scratch_bytes) +
   // host_copies (CPU ranks: a checkpoint's and the drift check's) + bf16_params (the bf16-GEMM
   // table's copy of the full parameters, zero_stage 0 to 2) + the model's other buffers.

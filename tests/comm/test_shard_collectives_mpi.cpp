@@ -6,7 +6,7 @@
 // tickets 1, 2, 3, ...; wait(t) completes t and every earlier one (a wait for an already completed
 // ticket is a no-op), wait_all the rest; results exact on integers and equal to the blocking ones,
 // also with allreduce_overlap's sums in flight.
-// The 16-bit all-gather (bf16 weights) moves every rank's bits likewise.
+// The in-place 16-bit all-gather (bf16 weights) moves every rank's bits likewise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -190,16 +190,16 @@ TEST(ShardCollectives, StartedCollectivesInterleaveWithTheOverlapSums) {
   c->wait_all();
 }
 
-// weight_dtype bfloat16 (issue 25): the all-gather of 16-bit values moves their bits, every rank's
-// block to every rank, in ticket order with the fp32 collectives (odd block sizes included).
+// weight_dtype bfloat16 (issue 25): the in-place all-gather of 16-bit values moves their bits, every
+// rank's block to every rank, in ticket order with the fp32 collectives (odd block sizes included).
 TEST(ShardCollectives, Bf16AllGatherMovesEveryRanksBits) {
   auto c = comm::make_mpi_communicator();
   const int W = c->world(), r = c->rank();
   for (size_t block : {size_t(1), size_t(7), size_t(4099)}) {
-    std::vector<uint16_t> send(block), recv(W * block, 0xffff);
-    for (size_t i = 0; i < block; ++i) send[i] = static_cast<uint16_t>((r * 7919 + i * 31) & 0xffff);
+    std::vector<uint16_t> recv(W * block, 0xffff);  // this rank's block in its place, the others' unset
+    for (size_t i = 0; i < block; ++i) recv[r * block + i] = static_cast<uint16_t>((r * 7919 + i * 31) & 0xffff);
     std::vector<float> fsend(block, float(r)), frecv(W * block, -1.f);
-    const auto t1 = c->start_all_gather_bf16(send.data(), recv.data(), block);
+    const auto t1 = c->start_all_gather_bf16(recv.data(), block);
     const auto t2 = c->start_all_gather(fsend.data(), frecv.data(), block);
     EXPECT_EQ(t2, t1 + 1);
     c->wait(t2);

@@ -3,7 +3,7 @@
 // bytes as the real model, remat and GQA included); activations are linear in T now that
 // attention keeps (B,NH,T) log-sum-exps, not (B,NH,T,T) probabilities; ZeRO-1 divides the moments;
 // ZeRO-2/3 (planned for 1, 2 and 4 ranks, no MPI) hold 4 + 16/N and 16/N bytes per parameter plus
-// their unit slots (with bf16 weights 2 + 18/N and 18/N), exactly what a real optim::AdamW and ZeroUnits allocate; each Ops table states its
+// their unit slots (with bf16 weights 2 + 16/N and 16/N), exactly what a real optim::AdamW and ZeroUnits allocate; each Ops table states its
 // kernels' working memory (the CPU table attention's tiles, the CUDA tables the formula the plan had);
 // and check_memory passes a plan that fits, refuses one that does not with the figures and every
 // single change that fits (remat, fewer rows per micro-step, the least other zero_stage), or says
@@ -158,9 +158,10 @@ TEST(MemoryPlan, ZeroStagesShrinkTheModelStateWithTheRanks) {
 }
 
 // weight_dtype bfloat16 (issue 25) at zero_stage 2 and 3 on the GPU: the parameters the model holds
-// are bf16 (2 bytes each at stage 2, none at 3) and the masters fp32 in the shard beside their bf16
-// copy (what the all-gathers send): 2 + 18/N and 18/N bytes per parameter plus the slots, against
-// fp32 storage's 4 + 16/N and 16/N. At stages 0 and 1, and under LoRA, nothing changes.
+// are bf16 (2 bytes each at stage 2, none at 3) and the masters fp32 in the shard (the all-gathers
+// pack each piece in place: no bf16 shard): 2 + 16/N and 16/N bytes per parameter plus the slots,
+// against fp32 storage's 4 + 16/N and 16/N (the same stage-3 total: only its gathers halve). At
+// stages 0 and 1, and under LoRA, nothing changes.
 TEST(MemoryPlan, Bf16WeightsStoreTwoBytesPerParameter) {
   config::ModelDims d = llama_dims();
   d.L = 8, d.V = 64;
@@ -175,9 +176,10 @@ TEST(MemoryPlan, Bf16WeightsStoreTwoBytesPerParameter) {
   };
   for (int world : {1, 2, 4}) {
     SCOPED_TRACE("world " + std::to_string(world));
-    const double per_rank = 18.0 * P / world, slack = 18.0 * 16 + 8;  // a padded float per unit and rank
+    const double per_rank = 16.0 * P / world, slack = 16.0 * 16 + 8;  // a padded float per unit and rank
     EXPECT_NEAR(state(plan(2, world, true)), 2.0 * P + per_rank, slack);
     EXPECT_NEAR(state(plan(3, world, true)), per_rank, slack);
+    EXPECT_EQ(plan(3, world, true).total(), plan(3, world, false).total());
     EXPECT_EQ(plan(2, world, true).bf16_params, 0u);  // the parameters are the bf16 copy
     EXPECT_EQ(plan(2, world, false).bf16_params, P * sizeof(uint16_t));
     // Stage 2 widens the units in use into slots, as stage 3 gathers them.
