@@ -35,27 +35,36 @@ void usage(FILE* f) {
 
 namespace fs = std::filesystem;
 
-// Creates the missing parent directories of out_dir; returns those it created, outermost first.
-std::vector<fs::path> create_parents(const std::string& out_dir) {
-  std::error_code ec;
-  fs::path out = fs::absolute(out_dir, ec).lexically_normal();
-  if (!out.has_filename()) out = out.parent_path();  // "dir/"
-  std::vector<fs::path> missing;
-  for (fs::path p = out.parent_path(); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-    missing.insert(missing.begin(), p);
-    if (p == p.parent_path()) break;
-  }
-  for (const auto& p : missing)
-    if (!fs::create_directory(p, ec) && ec)
-      throw sftdp::UserError(out_dir + ": cannot create directory " + p.string() + ": " + ec.message());
-  return missing;
-}
-
 // Removes the directories create_parents made (innermost first), each only while it is empty.
 void remove_created(const std::vector<fs::path>& created) {
   std::error_code ec;
   for (auto it = created.rbegin(); it != created.rend(); ++it)
     if (fs::is_empty(*it, ec)) fs::remove(*it, ec);
+}
+
+// Creates the missing parent directories of out_dir; returns those it created, outermost first.
+// One it cannot create is an error that leaves none of them behind.
+std::vector<fs::path> create_parents(const std::string& out_dir) {
+  std::error_code ec;
+  fs::path out = fs::absolute(out_dir, ec).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "dir/"
+  std::vector<fs::path> missing;
+  fs::path p = out.parent_path();
+  for (; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.insert(missing.begin(), p);
+    if (p == p.parent_path()) break;
+  }
+  if (!p.empty() && fs::exists(p, ec) && !fs::is_directory(p, ec))
+    throw sftdp::UserError(out_dir + ": " + p.string() + " is not a directory");
+  std::vector<fs::path> created;
+  for (const auto& p : missing) {
+    if (!fs::create_directory(p, ec) && ec) {
+      remove_created(created);
+      throw sftdp::UserError(out_dir + ": cannot create directory " + p.string() + ": " + ec.message());
+    }
+    created.push_back(p);
+  }
+  return created;
 }
 
 }  // namespace
