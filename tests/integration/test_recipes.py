@@ -1,7 +1,8 @@
 """configs/recipes/: a full fine-tuning and a LoRA recipe for each model family's preset (GPT-2 124M,
 SmolLM2, Qwen2.5, Qwen3, Llama 3.2), every recipe a config sft_train accepts as written:
-- `sft_train --plan --memory-gib 80` on the file as it is (its keys parse and validate, and the batch it
-  sets fits an 80 GB GPU per rank on one GPU, or on the ranks its comment names);
+- `sft_train --plan --ranks N --memory-gib 80` on the file as it is, for each rank count N its comments
+  run it on (`sft_train ...`: 1, `mpirun -np N sft_train ...`): its keys parse and validate, the batch
+  splits over N ranks, and it fits 80 GB GPUs;
 - one optimizer step of each on a tiny stand-in of the same family: the recipe's own keys, with
   key=value overrides only for the model's size (a tiny model of the same preset: its block, norms,
   RoPE and tying), the hardware (CPU, float32), the data (a small generated file) and the length of
@@ -18,8 +19,6 @@ from harness import SFT_TRAIN, SOURCE, make_data, run_train
 RECIPES = os.path.join(SOURCE, "configs", "recipes")
 FAMILY_PRESETS = ["gpt2-124m", "smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b"]
 VOCAB, T = 64, 16
-# Ranks a recipe is written for, where not one GPU (its comment says so).
-RANKS = {"qwen3-4b-seed.yml": 8}
 
 # Tiny dimensions per family; everything else (decoder block, q/k/v biases, q/k norms, RoPE base and
 # scaling, tied head) stays the recipe's preset's.
@@ -55,13 +54,27 @@ def test_every_family_has_a_full_and_a_lora_recipe():
         assert int(recipe_key(lora, "lora_rank")) > 0, f"{lora}: a LoRA recipe needs lora_rank > 0"
 
 
+def header_rank_counts(path):
+    """The rank counts of the `mpirun -np N sft_train` commands in a recipe's comments, and 1 for the
+    plain `sft_train` one."""
+    with open(path) as f:
+        text = f.read()
+    counts = [int(n) for n in re.findall(r"^#.*mpirun -np (\d+) sft_train", text, re.M)]
+    if re.search(r"^#\s+sft_train configs/recipes/", text, re.M):
+        counts.append(1)
+    return sorted(set(counts))
+
+
 @pytest.mark.parametrize("recipe", recipe_files(), ids=os.path.basename)
 def test_recipe_plan_fits_80gb(recipe):
-    ranks = str(RANKS.get(os.path.basename(recipe), 1))
-    p = subprocess.run([SFT_TRAIN, "--plan", "--ranks", ranks, "--memory-gib", "80", recipe], capture_output=True,
-                       text=True, timeout=60)
-    assert p.returncode == 0, f"sft_train --plan {recipe}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr}"
-    assert "error" not in p.stderr
+    ranks = header_rank_counts(recipe)
+    assert ranks, f"{recipe}: its comments give no command to run it"
+    for n in ranks:
+        p = subprocess.run([SFT_TRAIN, "--plan", "--ranks", str(n), "--memory-gib", "80", recipe],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, f"sft_train --plan --ranks {n} {recipe}: exit {p.returncode}\n" \
+                                  f"{p.stdout[-3000:]}\n{p.stderr}"
+        assert "error" not in p.stderr
 
 
 @pytest.mark.parametrize("recipe", recipe_files(), ids=os.path.basename)
