@@ -1,0 +1,204 @@
+"""The Hugging Face tokenizer side of scripts/sft_prepare_hf.py: loading a tokenizer (directory,
+bare tokenizer.json, GPT-2 BPE files), the model presets' checks, rendering chat templates, and the
+tokenizer's identity for the data file (SPEC §4 tokenizer_hash: FNV-1a 64 of its defining files)."""
+import os
+import sys
+import warnings
+
+from prepare.errors import UserError, one_line
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+EOS_GUESSES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer loading
+
+def _quiet_transformers():
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    import transformers
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def _gpt2_files(d):
+    for vocab, merges in (("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe")):
+        if os.path.isfile(os.path.join(d, vocab)) and os.path.isfile(os.path.join(d, merges)):
+            return os.path.join(d, vocab), os.path.join(d, merges)
+    return None
+
+
+def load_tokenizer(path):
+    """A transformers fast tokenizer from a directory, a tokenizer.json, or GPT-2's BPE files."""
+    if not os.path.exists(path):
+        raise UserError(f"--tokenizer: {path}: not found")
+    transformers = _quiet_transformers()
+    d = path
+    if os.path.isfile(path):
+        d = os.path.dirname(os.path.abspath(path))
+        is_tok_json = os.path.basename(path) == "tokenizer.json"
+        if not is_tok_json and os.path.basename(path) not in ("vocab.json", "encoder.json"):
+            raise UserError(f"--tokenizer: {path}: expected a directory, a tokenizer.json, or "
+                            "GPT-2's vocab.json/encoder.json beside merges.txt/vocab.bpe")
+        if is_tok_json and not os.path.isfile(os.path.join(d, "tokenizer_config.json")):
+            try:  # a bare tokenizer.json: no chat template, no special-token roles
+                return transformers.PreTrainedTokenizerFast(tokenizer_file=path)
+            except Exception as e:
+                raise UserError(f"--tokenizer: {path}: cannot load: {one_line(e)}")
+    has_json = os.path.isfile(os.path.join(d, "tokenizer.json"))
+    has_config = os.path.isfile(os.path.join(d, "tokenizer_config.json"))
+    gpt2 = _gpt2_files(d)
+    if not (has_json or gpt2):
+        raise UserError(f"--tokenizer: {path}: has no tokenizer.json, vocab.json + merges.txt "
+                        "or encoder.json + vocab.bpe")
+    errors = []
+    attempts = []
+    if has_config:
+        attempts.append(lambda: transformers.AutoTokenizer.from_pretrained(
+            d, local_files_only=True, use_fast=True))
+    if has_json:
+        attempts.append(lambda: transformers.PreTrainedTokenizerFast.from_pretrained(
+            d, local_files_only=True))
+    if gpt2:
+        attempts.append(lambda: transformers.GPT2TokenizerFast(vocab_file=gpt2[0],
+                                                               merges_file=gpt2[1]))
+    for attempt in attempts:
+        try:
+            tok = attempt()
+        except Exception as e:
+            errors.append(one_line(e))
+            continue
+        if getattr(tok, "is_fast", False):
+            return tok
+        errors.append(f"{type(tok).__name__} is not a fast (tokenizers) tokenizer")
+    raise UserError(f"--tokenizer: {path}: cannot load: {errors[-1] if errors else '?'}")
+
+
+def preset_named(name):
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # scripts/chat_presets.py
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from chat_presets import BYTE_TOKENIZER_PRESETS, PRESETS
+    if name in BYTE_TOKENIZER_PRESETS:
+        raise UserError(f"--preset {name}: uses the byte tokenizer; prepare its data with the C++ "
+                        "sft_prepare")
+    if name not in PRESETS:
+        raise UserError(f'--preset: unknown preset "{name}" (known: {", ".join(PRESETS)})')
+    return PRESETS[name]
+
+
+def check_preset(name, tok, size):
+    """The chat_presets.Preset called name, after checking tok has its special tokens as single
+    ids and at most its vocab_size tokens; its bos/eos/pad become tok's where tok names none."""
+    p = preset_named(name)
+    backend = tok.backend_tokenizer
+    for token in dict.fromkeys(p.required + tuple(t for t in (p.bos, p.eos, p.pad) if t)):
+        tid = backend.token_to_id(token)
+        if tid is None or backend.encode(token, add_special_tokens=False).ids != [tid]:
+            raise UserError(f"--preset {name}: the tokenizer has no {token} as a single token "
+                            f"({p.source} has {', '.join(p.required)})")
+    if size > p.vocab_size:
+        raise UserError(f"--preset {name}: the tokenizer has {size} tokens, more than the "
+                        f"model's vocab_size {p.vocab_size}")
+    for role in ("bos", "eos", "pad"):
+        if getattr(tok, f"{role}_token") is None and getattr(p, role):
+            setattr(tok, f"{role}_token", getattr(p, role))
+    return p
+
+
+class Vocab:
+    """What preparation needs from a tokenizer: encoding, its size and special ids, the template
+    (the tokenizer's own, else the preset's, else ChatML)."""
+
+    def __init__(self, tok, preset=None):
+        self.tok = tok
+        self.backend = tok.backend_tokenizer
+        # Added tokens included; ids are < size even where a tokenizer.json leaves gaps.
+        self.size = max(len(tok), 1 + max(tok.get_vocab().values(), default=-1))
+        p = check_preset(preset, tok, self.size) if preset else None
+        self.eos_id = tok.eos_token_id
+        if self.eos_id is None:  # a bare tokenizer.json names no EOS: take a well-known one it has
+            for guess in EOS_GUESSES:
+                tid = tok.convert_tokens_to_ids(guess)
+                if tid is not None and tid != tok.unk_token_id and tok.convert_ids_to_tokens(tid) == guess:
+                    self.eos_id = tid
+                    break
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else (
+            self.eos_id if self.eos_id is not None else 0)
+        self.template = tok.chat_template if isinstance(tok.chat_template, str) else None
+        if isinstance(tok.chat_template, dict):  # named templates: the default one
+            self.template = tok.chat_template.get("default")
+        self.template_source = "tokenizer_config.json" if self.template else (
+            f"preset {preset} ({p.source})" if p else "ChatML default")
+        if not self.template:
+            self.template = p.template if p else CHATML
+
+    def encode_batch(self, texts, special):
+        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=special)]
+
+    def render(self, messages, generation_prompt):
+        """The text apply_chat_template(messages, tokenize=False) gives."""
+        if not messages:  # apply_chat_template refuses [], the template itself does not
+            compiled = self.tok._compile_jinja_template(self.template)
+            return compiled.render(messages=[], tools=None, documents=None,
+                                   add_generation_prompt=generation_prompt,
+                                   **self.tok.special_tokens_map)
+        return self.tok.apply_chat_template(messages, chat_template=self.template, tokenize=False,
+                                            add_generation_prompt=generation_prompt)
+
+    def describe(self, path):
+        name = lambda i: "none" if i is None else f"{self.tok.convert_ids_to_tokens(i)} ({i})"
+        return (f"tokenizer {path}: {type(self.tok).__name__}, vocab_size {self.size}, "
+                f"eos {name(self.eos_id)}, pad {name(self.pad_id)}, chat template: "
+                f"{self.template_source}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Identity (SPEC §4 root attributes tokenizer / tokenizer_hash)
+
+DEFINITIONS = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe"))
+
+
+def fnv1a64(chunks):
+    """FNV-1a 64 over the bytes of the chunks in order, as 16 lowercase hex digits."""
+    h = 0xcbf29ce484222325
+    for chunk in chunks:
+        for b in chunk:
+            h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def tokenizer_hash(path):
+    """The hash of the tokenizer's defining files: path itself when it is one file (a bare
+    tokenizer.json), the BPE pair beside a vocab.json/encoder.json, else the first definition a
+    directory has, in SPEC §4's order."""
+    if os.path.isfile(path):
+        base = os.path.basename(path)
+        d = os.path.dirname(os.path.abspath(path))
+        pair = {"vocab.json": "merges.txt", "encoder.json": "vocab.bpe"}.get(base)
+        files = [path] if pair is None else [path, os.path.join(d, pair)]
+    else:
+        files = None
+        for definition in DEFINITIONS:
+            candidate = [os.path.join(path, name) for name in definition]
+            if all(os.path.isfile(p) for p in candidate):
+                files = candidate
+                break
+        if files is None:
+            raise UserError(f"--tokenizer: {path}: has no tokenizer.json, vocab.json + merges.txt "
+                            "or encoder.json + vocab.bpe")
+    return fnv1a64(_read_all(files))
+
+
+def _read_all(files):
+    for path in files:
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                yield chunk
