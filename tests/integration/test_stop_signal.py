@@ -14,18 +14,18 @@ import pytest
 from harness import read_metrics, read_params, run_train
 from signalled_run import INTERRUPT_NOTICE, SignalledRun, stop_config
 
-STEPS = 30  # ~50-100 ms each (64 rows): the stop, signalled after step 3, lands well before the end
-BATCH = dict(global_batch_size=64)
+STEPS = 40  # the resumed run's: ~50-100 ms each (64 rows), so a stop signalled after step 3 lands mid-run
 
 
 @pytest.fixture(scope="module")
 def cfg(workdir):
-    return stop_config(workdir, steps=STEPS, **BATCH)
+    """2000 steps: a run that only a signal ends."""
+    return stop_config(workdir, global_batch_size=64)
 
 
-def stopped_run(workdir, cfg, sig, name):
+def stopped_run(workdir, cfg, sig, name, overrides=None):
     """Runs until step 3, sends sig, waits; returns (run, exit status, the step of the stop)."""
-    run = SignalledRun(cfg, f"{workdir}/{name}/r", {"base_output_directory": f"{workdir}/{name}"})
+    run = SignalledRun(cfg, f"{workdir}/{name}/r", dict(overrides or {}, base_output_directory=f"{workdir}/{name}"))
     run.wait_steps(3)
     run.kill(sig)
     code = run.wait()
@@ -37,7 +37,7 @@ def test_stop_signal_writes_a_checkpoint_and_exits_0(workdir, cfg, sig):
     run, code, step = stopped_run(workdir, cfg, sig, sig.name)
     out = run.stdout()
     assert code == 0, f"{sig.name}: exit 0 (got {code})\n{out[-2000:]}\n{run.stderr()[-2000:]}"
-    assert 3 <= step < STEPS, f"stopped after step 3 and before the end (step {step})"
+    assert step >= 3, f"stopped at a step boundary after step 3 (step {step})"
     assert f"stop signal received: checkpoint at step {step} written; resubmit to continue" in out, out[-2000:]
     assert run.checkpoints() == [f"step_{step}.h5"], f"one checkpoint, the stop's: {run.checkpoints()}"
     if sig == signal.SIGINT:
@@ -45,11 +45,12 @@ def test_stop_signal_writes_a_checkpoint_and_exits_0(workdir, cfg, sig):
 
 
 def test_resubmitting_after_ctrl_c_continues_bitwise(workdir, cfg):
-    straight = f"{workdir}/straight"
-    run_train(cfg, {"base_output_directory": straight})
-    run, code, step = stopped_run(workdir, cfg, signal.SIGINT, "resumed")
+    straight, steps = f"{workdir}/straight", {"steps": STEPS}
+    run_train(cfg, dict(steps, base_output_directory=straight))
+    run, code, step = stopped_run(workdir, cfg, signal.SIGINT, "resumed", steps)
     assert code == 0 and run.checkpoints() == [f"step_{step}.h5"], f"exit {code}, {run.checkpoints()}"
-    p = run_train(cfg, {"base_output_directory": f"{workdir}/resumed"})
+    assert step < STEPS, f"stopped before the end (step {step} of {STEPS})"
+    p = run_train(cfg, dict(steps, base_output_directory=f"{workdir}/resumed"))
     assert f"step_{step}.h5" in p.stdout and "resuming from" in p.stdout, p.stdout[-2000:]
     for group in ("params", "opt/m", "opt/v"):
         a = read_params(f"{straight}/r/checkpoints/step_{STEPS}.h5", group)
