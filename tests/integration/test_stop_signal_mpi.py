@@ -4,7 +4,7 @@
 - SIGUSR1 to mpirun: mpirun forwards it to every rank at once; the same clean stop, exit 0.
 - SIGINT to mpirun (Ctrl-C at its terminal: the ranks run in process groups of their own, so only
   mpirun gets it) or SIGTERM to mpirun: Open MPI does not forward these. It aborts the job: the
-  ranks get SIGCONT, then SIGTERM odls_base_sigkill_timeout (1 s) later, then SIGKILL 1 s after
+  ranks get SIGTERM odls_base_sigkill_timeout (1 s) after mpirun's signal, then SIGKILL 1 s after
   that, and mpirun exits 1 whatever the ranks return. The ranks' SIGTERM is a clean stop, so the
   checkpoint is written when the step in progress and the checkpoint fit in that second (they do
   here: a small model)."""
