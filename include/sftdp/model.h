@@ -216,14 +216,15 @@ class Model {
   // no full parameter buffer either (nor its bf16 copy, nor the adapters'). Such a model needs a
   // Residency (set_residency, before any pass); it does not own it.
   int zero_stage() const { return zero_stage_; }
-  // weight_dtype bfloat16 (issue 25; make_model's bf16_weights: zero_stage 2 or 3, the bf16-GEMM
-  // table, no LoRA): the parameters are stored as bf16 and the fp32 master weights exist only in the
-  // optimiser's shard (optim::ZeroUnits). Stage 2: the model keeps the full bf16 buffer
-  // (params_bf16(); params() is null); stage 3: the residency gathers bf16 units. Either way each
+  // weight_dtype bfloat16 (issue 25; make_model's bf16_weights: the run's zero_stage 1, 2 or 3, the
+  // bf16-GEMM table, no LoRA): the parameters are stored as bf16 and the fp32 master weights exist
+  // only in the optimiser's shard (optim::ZeroUnits, which is then the residency at stage 1 too).
+  // Stages 1 and 2: the model keeps the full bf16 buffer (params_bf16(); params() is null; at 1 also
+  // its full gradient buffer); stage 3: the residency gathers bf16 units. Either way each
   // unit the model uses is widened to fp32 in a residency slot (exact) for the kernels that read fp32,
   // and the GEMMs read the bf16 values themselves: every kernel computes with bf16(master).
   bool bf16_weights() const { return bf16_weights_; }
-  uint16_t* params_bf16() { return bf16_weights_ ? params16_ : nullptr; }  // stage 2 only (else null)
+  uint16_t* params_bf16() { return bf16_weights_ ? params16_ : nullptr; }  // stages 1 and 2 (else null)
   // Whether the host copies of the parameters (params_to_host, trainable_to_host) are collectives
   // that only rank 0 receives: zero_stage 3, or bf16 weights (the fp32 masters are sharded).
   bool params_sharded() const { return zero_stage_ >= 3 || bf16_weights_; }

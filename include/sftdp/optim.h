@@ -86,11 +86,11 @@ class AdamW {
   bool sharded() const { return sharded_; }  // zero_stage 1 on more than one rank
   int zero_stage() const { return zero_stage_; }
   // Whether moments_to_host is a collective (every rank must call it; rank 0 receives them).
-  bool moments_collective() const { return sharded_ || zero_stage_ >= 2; }
+  bool moments_collective() const { return sharded_ || zero_ != nullptr; }
   const ZeroShard& shard() const { return shard_; }
   size_t owned_floats() const;  // this rank's floats of each of m and v
   size_t moment_bytes() const { return 2 * owned_floats() * sizeof(float); }  // this rank's m and v
-  ZeroUnits* zero_units() { return zero_.get(); }  // zero_stage 2 and 3
+  ZeroUnits* zero_units() { return zero_.get(); }  // zero_stage 2 and 3, and 1 with bf16 weights
   const ZeroUnits* zero_units() const { return zero_.get(); }
   float* m() { return m_; }  // device, shard().owned() floats
   float* v() { return v_; }

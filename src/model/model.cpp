@@ -99,8 +99,8 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
       bf16_weights_(bf16_weights) {
   SFTDP_ASSERT(max_B >= 1 && T >= 1 && T <= d.maxT, "bad micro-batch shape");
   SFTDP_ASSERT(zero_stage >= 0 && zero_stage <= 3, "zero_stage must be 0..3");
-  SFTDP_ASSERT(!bf16_weights || (zero_stage >= 2 && gemm_inputs_bf16(ops) && !lora.enabled()),
-               "bf16 weights: zero_stage 2 or 3 on the bf16-GEMM table, without LoRA");
+  SFTDP_ASSERT(!bf16_weights || (gemm_inputs_bf16(ops) && !lora.enabled()),
+               "bf16 weights: the bf16-GEMM table, without LoRA");
   // Exact only where the GEMMs round their inputs to bf16 themselves.
   SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
   if (lora_.enabled()) lora_layout_ = lora_layout(d, lora_);
@@ -433,7 +433,7 @@ void Model::end_pass() {
 
 void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
   upload(batch);
-  SFTDP_ASSERT(residency_ || zero_stage_ < 2, "zero_stage 2/3: the model has no residency");
+  SFTDP_ASSERT(residency_ || (zero_stage_ < 2 && !bf16_weights_), "zero_stage 2/3 or bf16 weights: the model has no residency");
   // Buckets reported during the passes: an untied head's, then one per block (layer_backward_done).
   const size_t early = ready && io_.n_active > 0 ? head_buckets_ + d_.L : 0;
   if (io_.n_active == 0 && residency_) {
@@ -465,7 +465,7 @@ void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
 }
 
 LossSums Model::forward(const data::Batch& batch) {
-  SFTDP_ASSERT(residency_ || zero_stage_ < 2, "zero_stage 2/3: the model has no residency");
+  SFTDP_ASSERT(residency_ || (zero_stage_ < 2 && !bf16_weights_), "zero_stage 2/3 or bf16 weights: the model has no residency");
   if (batch.B > 0) upload(batch);
   if (batch.B == 0 || io_.n_active == 0) {
     if (residency_) replay_schedule(/*training=*/false);  // the pass's collectives, no kernels

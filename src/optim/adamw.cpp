@@ -21,12 +21,16 @@ AdamW::AdamW(model::Model& model) : model_(model) {
 }
 
 AdamW::AdamW(model::Model& model, comm::Communicator& comm, int zero_stage)
-    : model_(model), comm_(&comm), sharded_(zero_stage == 1 && comm.world() > 1), zero_stage_(zero_stage) {
+    : model_(model),
+      comm_(&comm),
+      sharded_(zero_stage == 1 && comm.world() > 1 && !model.bf16_weights()),
+      zero_stage_(zero_stage) {
   SFTDP_ASSERT(zero_stage >= 0 && zero_stage <= 3, "zero_stage must be 0..3");
   SFTDP_ASSERT(model.zero_stage() == (zero_stage >= 2 ? zero_stage : 0),
                "AdamW: the model was made for another zero_stage");
   const auto& lay = model_.trainable_layout();
-  if (zero_stage >= 2) {
+  // Stage 1 with bf16 weights keeps the fp32 masters in ZeroUnits's shard too (the model has none).
+  if (zero_stage >= 2 || (zero_stage == 1 && model.bf16_weights())) {
     zero_ = std::make_unique<ZeroUnits>(model, comm, zero_stage);
     model.set_residency(zero_.get());
     allocate(zero_->plan().total);
@@ -109,7 +113,8 @@ void AdamW::moments_to_host(std::vector<float>& m, std::vector<float>& v) {
 
 void AdamW::reduce_gradients() {
   SFTDP_ASSERT(comm_ != nullptr, "AdamW::reduce_gradients needs the communicator constructor");
-  if (zero_) {  // the gradient sums were reduce-scattered during backward
+  if (zero_) {  // the gradient sums were reduce-scattered during backward (stage 1: now, once)
+    if (zero_->stage() == 1) zero_->reduce_full_gradients();
     comm_->allreduce_sum(model_.sums(), 2);
     return;
   }

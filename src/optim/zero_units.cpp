@@ -21,8 +21,8 @@ const char* name_of(UnitSet set) { return set == UnitSet::kBase ? "base" : "trai
 
 ZeroUnits::ZeroUnits(model::Model& model, comm::Communicator& comm, int stage)
     : model_(model), comm_(comm), ops_(model.ops()), stage_(stage), lora_(model.lora()), bf16_(model.bf16_weights()) {
-  SFTDP_ASSERT(stage == 2 || stage == 3, "ZeroUnits: zero_stage 2 or 3");
-  SFTDP_ASSERT(model.zero_stage() == stage, "ZeroUnits: the model was built for another zero_stage");
+  SFTDP_ASSERT(stage == 2 || stage == 3 || (stage == 1 && bf16_), "ZeroUnits: zero_stage 2 or 3, or 1 with bf16 weights");
+  SFTDP_ASSERT(model.zero_stage() == (stage == 1 ? 0 : stage), "ZeroUnits: the model was built for another zero_stage");
   const int W = comm.world(), r = comm.rank();
   train_plan_ = unit_shards(model.trainable_units(), model.trainable_layout().n_decay, r, W);
   if (lora_) base_plan_ = unit_shards(model.base_units(), model.layout().n_decay, r, W);
@@ -164,6 +164,7 @@ void ZeroUnits::use(UnitSet set, size_t unit) {
 
 void ZeroUnits::grads_final(size_t unit) {
   expect({UnitEvent::kGradsFinal, UnitSet::kTrainable, unit});
+  if (stage_ == 1) return;  // the model's full buffer sums on; reduce_full_gradients reduces it once
   Slot* s = summing_slot(unit);
   if (!s) s = &acquire_grad(unit);  // never written in this pass (nothing to compute): zeros
   s->summing = false;
@@ -311,6 +312,7 @@ ZeroUnits::Slot& ZeroUnits::acquire_grad(size_t unit) {
 }
 
 float* ZeroUnits::grad(size_t offset) {
+  if (stage_ == 1) return model_.grads() + offset;
   const size_t u = model::unit_at(model_.trainable_units(), offset);
   Slot* s = summing_slot(u);
   if (!s) s = &acquire_grad(u);
@@ -320,6 +322,25 @@ float* ZeroUnits::grad(size_t offset) {
 void ZeroUnits::zero_grads() {
   SFTDP_ASSERT(schedule_ == nullptr, "ZeRO: zero_grads inside a pass");
   ops_.zero(accum_, train_plan_.total * sizeof(float));
+}
+
+// The whole step's sums of each unit, copied into a slot (padded with zeros) and reduce-scattered;
+// the next unit's copy overlaps the collective in flight, and a slot's piece is added into the zeroed
+// shard before the slot is reused.
+void ZeroUnits::reduce_full_gradients() {
+  SFTDP_ASSERT(stage_ == 1, "reduce_full_gradients: zero_stage 1 with bf16 weights only");
+  ops_.zero(accum_, train_plan_.total * sizeof(float));
+  const float* full = model_.grads();
+  const auto& us = model_.trainable_units();
+  for (size_t u = 0; u < us.size(); ++u) {
+    Slot& s = acquire_grad(u);
+    ops_.copy(s.buf, full + us[u].begin, us[u].size() * sizeof(float));
+    s.summing = false;
+    s.ticket = comm_.start_reduce_scatter_sum(s.buf, s.recv, train_plan_.units[u].piece);
+  }
+  for (auto& pool : grads_)
+    for (auto& s : pool) drain(s);
+  comm_.wait_all();
 }
 
 // ---- between steps -------------------------------------------------------------------------
@@ -406,7 +427,7 @@ void ZeroUnits::load_range(UnitSet set, size_t begin, const float* data, size_t 
     ops_.to_device(full_buffer(set) + begin, data, n * sizeof(float));
     if (set == UnitSet::kBase) return;
   }
-  if (stage_ == 2 && bf16_) {  // the model's bf16 buffer: rounded here as the device rounds (kernels/bf16.h)
+  if (stage_ <= 2 && bf16_) {  // the model's bf16 buffer: rounded here as the device rounds (kernels/bf16.h)
     std::vector<uint16_t> packed(n);
     cpu::bf16_pack(packed.data(), data, n);
     ops_.to_device(model_.params_bf16() + begin, packed.data(), n * sizeof(uint16_t));

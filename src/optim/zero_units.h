@@ -19,6 +19,10 @@
 // (the last blocks after the head, the vectors, a tied embedding) are not gathered twice. On the
 // bf16-GEMM table each gathered base unit is packed to bf16 once and registered as the GEMMs' copy.
 //
+// zero_stage 1 with bf16 weights (Megatron's distributed optimizer): the model keeps its full gradient
+// buffer, which reduce_full_gradients reduce-scatters once per step, unit by unit through the
+// gradient slots, into the shard; parameters as at stage 2 below.
+//
 // bf16 weights (weight_dtype bfloat16, Model::bf16_weights): the masters stay fp32 in the shard; a
 // unit's piece is packed to bf16 into its own place of the gather's destination, which an in-place
 // all-gather of bf16 (half the bytes of the fp32 one) completes. Stage 2: after each update, through
@@ -50,6 +54,8 @@ class ZeroUnits final : public model::Residency {
   const UnitShards& plan() const { return train_plan_; }  // the trainable set's
   float* master() { return master_; }                     // plan().total floats: the fp32 weights
   float* grad_sums() { return accum_; }                   // plan().total floats: their gradient sums
+  // Stage 1 (bf16 weights): the model's full gradient buffer, summed across ranks into grad_sums().
+  void reduce_full_gradients();
   // After the optimiser updated master(): stage 2 all-gathers it into the model's full buffer, unit
   // by unit; stage 3 drops every gathered unit (the next pass gathers the new values).
   void publish();

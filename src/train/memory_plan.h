@@ -61,10 +61,11 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
                        bool bf16_weight_dtype = false);
 
 // Whether a run stores its parameters as bf16 (model::Model::bf16_weights, issue 25): weight_dtype
-// bfloat16 on the GPU at zero_stage 2 or 3 without LoRA. At zero_stage 0 and 1 the fp32 parameters
-// are the master weights (the GEMMs read a bf16 copy); under LoRA the frozen base stays as loaded.
+// bfloat16 on the GPU at zero_stage 1, 2 or 3 without LoRA. At zero_stage 0 the fp32 parameters are
+// the master weights and the GEMMs read a bf16 copy (bf16 storage would save nothing there: 4 + 2
+// bytes per parameter either way); under LoRA the frozen base stays as loaded.
 inline bool bf16_weights(bool bf16_weight_dtype, bool gpu, int zero_stage, const model::LoraSpec& lora) {
-  return bf16_weight_dtype && gpu && zero_stage >= 2 && !lora.enabled();
+  return bf16_weight_dtype && gpu && zero_stage >= 1 && !lora.enabled();
 }
 
 struct Available {

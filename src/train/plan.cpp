@@ -102,8 +102,8 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   if (gpu && cfg.weight_dtype == "bfloat16")
     std::fprintf(out, "plan: weight_dtype bfloat16: %s\n",
                  lora.enabled() ? "the GEMMs read bf16 copies; under LoRA the frozen base is stored as float32"
-                                : "at zero_stage 2 and 3 the parameters are stored as bf16 (2 bytes each) and the "
-                                  "fp32 master weights live in the optimiser's shard; at 0 and 1 the float32 "
+                                : "at zero_stage 1, 2 and 3 the parameters are stored as bf16 (2 bytes each) and "
+                                  "the fp32 master weights live in the optimiser's shard; at 0 the float32 "
                                   "parameters are the masters and the GEMMs read a bf16 copy; gradient sums are "
                                   "float32 throughout");
 

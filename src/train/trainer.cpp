@@ -115,6 +115,13 @@ void log_zero_units(const optim::AdamW& opt, int64_t ga) {
   const optim::ZeroUnits* z = opt.zero_units();
   if (!z) return;
   const double rs = z->reduce_scatter_floats() * sizeof(float) / 1048576.0;
+  if (z->stage() == 1) {  // bf16 weights: the masters' shard, the full gradient buffer reduced once
+    log::info("zero_stage 1 with bf16 weights: fp32 master and gradient-sum shards plus unit slots %.3f MiB on this "
+              "rank; the full gradient buffer is reduce-scattered once per step (%.3f MiB), the bf16 parameters "
+              "all-gathered once after the update",
+              z->bytes().total() / 1048576.0, rs);
+    return;
+  }
   log::info("zero_stage %d: gradient-sum and master shards plus unit slots %.3f MiB on this rank; each micro-step "
             "reduce-scatters %.3f MiB of gradient sums (x GA %lld = %.3f MiB per step, zero_stage 0 allreduces %.3f "
             "MiB once); %s",
@@ -153,7 +160,7 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
   else if (in.dev.gpu && cfg.weight_dtype == "bfloat16")
     log::info("weight_dtype bfloat16: parameters stored as float32 (%s); the GEMMs read a bf16 copy",
               model.lora() ? "LoRA's frozen base as loaded"
-                           : "at zero_stage 0 and 1 they are the master weights; zero_stage 2 or 3 stores bf16");
+                           : "at zero_stage 0 they are the master weights; zero_stage 1, 2 or 3 stores bf16");
   if (model.lora()) {
     const auto& lora = model.lora_spec();
     std::string modules;
