@@ -4,8 +4,8 @@ Qwen3-4B, Llama-3.1-8B and a Llama-3.1-70B-shaped config (llama-3.1-8b with 80 l
 bfloat16), at zero_stage 0 to 3, with and without remat, at the seed's settings (T=1024, 4 rows per
 GPU x GA 4) and at T=4096 (2 rows x GA 8, and 1 row x GA 16); and on this machine's CPU ranks. Every
 figure is rank 0's, from the real run's memory plan. weight_dtype: bfloat16 stores the parameters as
-float32 today (the GEMMs read a bf16 copy, which the plan counts): bf16 weight storage is not built,
-and the tables say so instead of planning it.
+bf16 at zero_stage 1, 2 and 3 (fp32 masters in the optimiser's shard) and as float32 at 0 (the
+masters, with the GEMMs' bf16 copy beside them); gradient sums are float32 at every stage.
 
   SFTDP_BUILD_DIR=build python3 bench/plan_table.py
 Prints Markdown tables (a few seconds: the plan allocates nothing)."""
@@ -45,9 +45,9 @@ SHAPES = ((1024, 4, 4), (4096, 2, 8), (4096, 1, 16))  # T, rows per GPU, GA: the
 
 
 def main():
-    print("weight_dtype: bfloat16 is not built as bf16 storage: parameters and gradient sums are float32 "
-          "(4 bytes each) in every figure below; the GEMMs' bf16 copy of the parameters (2 bytes each, "
-          "zero_stage 0 to 2) is counted.\n")
+    print("weight_dtype: bfloat16 stores bf16 parameters (2 bytes each) at zero_stage 1 to 3, fp32 masters "
+          "in the optimiser's shard; at zero_stage 0 the fp32 parameters and their bf16 copy for the GEMMs. "
+          "Gradient sums are float32 (4 bytes each) throughout.\n")
     print("| model | parameters | GPUs × 80 GiB | T | rows per GPU × GA | remat | "
           + " | ".join(f"zero_stage {s}" for s in STAGES) + " |")
     print("|---|---|---|---|---|---|" + "---|" * len(STAGES))
