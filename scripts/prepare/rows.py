@@ -5,6 +5,7 @@ tokens[1..L-1], loss_weights the targets' weights. Longer than T+1: dropped, or 
 restarting at 0 per example (padding: 0, 0). The file is written as <path>.partial-<pid> and
 renamed into place when complete (src/data/data_writer.cpp), so a failure leaves nothing."""
 import os
+import shutil
 
 import numpy as np
 
@@ -84,11 +85,16 @@ class H5Sink:
     def __init__(self, path, T, pack):
         import h5py
         parent = os.path.dirname(path)
+        self.created = None  # the outermost directory made here, removed again by abort()
         if parent and not os.path.isdir(parent):
+            top = parent
+            while os.path.dirname(top) and not os.path.exists(os.path.dirname(top)):
+                top = os.path.dirname(top)
             try:
                 os.makedirs(parent, exist_ok=True)
             except OSError as e:
                 raise UserError(f"{path}: cannot create directory {parent}: {e.strerror}")
+            self.created = top
         self.path, self.temp = path, f"{path}.partial-{os.getpid()}"
         try:
             self.f = h5py.File(self.temp, "w")
@@ -122,6 +128,8 @@ class H5Sink:
         finally:
             if os.path.exists(self.temp):
                 os.remove(self.temp)
+            if self.created:
+                shutil.rmtree(self.created, ignore_errors=True)
 
 
 class MemorySink:

@@ -3,10 +3,18 @@ prompt/completion encode(P) encode(C) EOS (loss on C and EOS); text encode(X) EO
 chat the ids of apply_chat_template(messages), loss on each trained assistant turn (the tokens
 between the rendering of the turns before it with the generation prompt and the rendering up to and
 including it). Pure functions of the batch: the same output for any number of workers."""
+import itertools
 import json
+
+import numpy as np
 
 from prepare.errors import UserError, one_line
 from prepare.records import parse_record
+
+
+def prefix_length(a, b):
+    """common_prefix(a, b), with the usual case (a is a prefix of b) compared in C."""
+    return len(a) if b[:len(a)] == a else common_prefix(a, b)
 
 
 def common_prefix(a, b):
@@ -23,7 +31,8 @@ def turn_span(vocab, messages, i, full):
     messages[:i+1]. A template may render a reply differently when it is the last message (Qwen3:
     an empty think block): then the turn ends where, in `full`, its content is followed by the text
     that follows the content in the last-message rendering (its end-of-turn, e.g. <|im_end|>\n)."""
-    start, end = vocab.render(messages[:i], True), vocab.render(messages[:i + 1], False)
+    start = vocab.render(messages[:i], True)
+    end = full if i + 1 == len(messages) else vocab.render(messages[:i + 1], False)
     where = (f"the chat template does not render messages[:{i}] as a prefix of the whole "
              f"conversation, so the tokens of assistant turn messages[{i}] cannot be located")
     if not full.startswith(start):
@@ -67,7 +76,8 @@ def tokenize(vocab, parsed):
 
     # Chat: the whole conversation, and per trained assistant turn i the text before its content
     # (messages[:i] + generation prompt) and after its end (messages[:i+1]); the turn's tokens are
-    # those between the two prefixes' tokens.
+    # those between the two prefixes' tokens. The last turn's end is the whole conversation when
+    # it renders as a prefix of it (None below: not rendered or encoded again).
     texts, plans = [], []
     from jinja2.exceptions import TemplateError
     for n, p in parsed:
@@ -86,18 +96,21 @@ def tokenize(vocab, parsed):
         except UserError as e:
             raise UserError(f"{n}: {e}")
         plans.append((n, len(texts), len(prefixes) // 2))
-        texts += [full] + prefixes
-    encoded = vocab.encode_batch(texts, special=False)
+        texts.append(full)
+        texts += [None if t == full else t for t in prefixes]
+    encoded = vocab.encode_batch([t for t in texts if t is not None], special=False)
+    it = iter(encoded)
+    encoded = [next(it) if t is not None else None for t in texts]
     straddling = 0
     for n, base, turns in plans:
         ids = encoded[base]
-        weights = [0.0] * len(ids)
+        weights = np.zeros(len(ids), dtype=np.float32)
         for k in range(turns):
             start_ids, end_ids = encoded[base + 1 + 2 * k], encoded[base + 2 + 2 * k]
-            s, e = common_prefix(start_ids, ids), common_prefix(end_ids, ids)
+            end_ids = ids if end_ids is None else end_ids
+            s, e = prefix_length(start_ids, ids), prefix_length(end_ids, ids)
             straddling += (s != len(start_ids)) + (e != len(end_ids))
-            for t in range(s, e):
-                weights[t] = 1.0
+            weights[s:e] = 1.0
         by_row[n] = (ids, weights)
 
     examples = []
@@ -113,7 +126,6 @@ def tokenize(vocab, parsed):
 def tokenize_batch(vocab, batch, fmt, fields):
     """One batch from prepare.sources → (ids int32, weights float32, offsets int64, straddling):
     example k is ids[offsets[k]:offsets[k+1]]. Runs in a worker; raises UserError "<where>: ..."."""
-    import numpy as np
     parsed = []
     for where, item in batch.rows():
         try:
@@ -121,10 +133,13 @@ def tokenize_batch(vocab, batch, fmt, fields):
         except UserError as e:
             raise UserError(f"{where}: {e}")
     examples, straddling = tokenize(vocab, parsed)
+    lengths = [len(ids) for ids, _ in examples]
     offsets = np.zeros(len(examples) + 1, dtype=np.int64)
-    np.cumsum([len(ids) for ids, _ in examples], out=offsets[1:])
-    ids = np.fromiter((t for e, _ in examples for t in e), dtype=np.int32, count=int(offsets[-1]))
-    weights = np.fromiter((w for _, ws in examples for w in ws), dtype=np.float32, count=int(offsets[-1]))
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(e for e, _ in examples), dtype=np.int32,
+                      count=int(offsets[-1]))
+    weights = np.concatenate([np.asarray(w, dtype=np.float32) for _, w in examples]) if examples else \
+        np.zeros(0, dtype=np.float32)
     return ids, weights, offsets, straddling
 
 
