@@ -128,10 +128,10 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   for (size_t i = 0; i < at.size(); ++i) std::fprintf(out, "%s|", std::string(15, '-').c_str());
   std::fprintf(out, "\n");
   row("parameters", [](const MemoryPlan& p) { return p.params; });
-  row("  of which fp32 master shard (ZeRO-2/3)", [](const MemoryPlan& p) { return p.master_shard; });
-  row("  of which gathered units (ZeRO-3)", [](const MemoryPlan& p) { return p.gathered_units; });
+  row("  of which fp32 master shard (ZeRO-1 bf16, 2, 3)", [](const MemoryPlan& p) { return p.master_shard; });
+  row("  of which gathered or widened units", [](const MemoryPlan& p) { return p.gathered_units; });
   row("gradient sums", [](const MemoryPlan& p) { return p.grads; });
-  row("  of which unit slots (ZeRO-2/3)", [](const MemoryPlan& p) { return p.grad_slots; });
+  row("  of which unit slots (ZeRO-1 bf16, 2, 3)", [](const MemoryPlan& p) { return p.grad_slots; });
   row("AdamW moments", [](const MemoryPlan& p) { return p.moments; });
   row("activations", [](const MemoryPlan& p) { return p.activations; });
   row("kernel scratch and buffers", [](const MemoryPlan& p) { return p.other; });
