@@ -63,7 +63,7 @@ def run_preparer(tok, src, out, workers, T=256):
     return rows, secs, tokens_s * secs, int(p.stderr.rsplit("RSS ", 1)[1])
 
 
-def run_datasets(tok_dir, src, workers, cache):
+def run_datasets(tok_dir, src, workers, cache, masked):
     import datasets
     import transformers
     from prepare.vocab import CHATML
@@ -71,16 +71,23 @@ def run_datasets(tok_dir, src, workers, cache):
     tok = transformers.GPT2TokenizerFast(vocab_file=f"{tok_dir}/encoder.json", merges_file=f"{tok_dir}/vocab.bpe")
     tok.chat_template = CHATML
 
-    def encode(batch):
+    def encode(batch):  # what TRL's SFTTrainer maps over a "messages" dataset (no loss mask)
         ids = tok.apply_chat_template(batch["messages"], tokenize=True)
         return {"input_ids": ids}
 
+    def encode_masked(batch):  # the usual map for a completion-only loss: labels -100 on the prompt
+        full = tok.apply_chat_template(batch["messages"], tokenize=True)
+        prompts = tok.apply_chat_template([m[:-1] for m in batch["messages"]], tokenize=True,
+                                          add_generation_prompt=True)
+        labels = [[-100] * len(p) + ids[len(p):] for p, ids in zip(prompts, full)]
+        return {"input_ids": full, "labels": labels}
+
     start = time.perf_counter()
     ds = datasets.load_dataset("parquet", data_files=src, split="train", cache_dir=cache)
-    ds = ds.map(encode, batched=True, batch_size=1000, num_proc=workers if workers > 1 else None,
-                remove_columns=["messages"])
+    ds = ds.map(encode_masked if masked else encode, batched=True, batch_size=1000,
+                num_proc=workers if workers > 1 else None, remove_columns=["messages"])
     secs = time.perf_counter() - start
-    tokens = sum(len(x) for x in ds["input_ids"])
+    tokens = sum(len(x) for x in ds["input_ids"])  # of the conversations (prompts not counted)
     return len(ds), secs, tokens
 
 
@@ -96,16 +103,19 @@ def main():
     try:
         src = f"{d}/chats.parquet"
         write_parquet(src, args.rows)
-        print(f"| what ({args.rows} chats, GPT-2 BPE, ChatML) | workers | rows/s | tokens/s | ratio |")
+        print(f"| what ({args.rows} chats, GPT-2 BPE, ChatML) | workers | rows/s | tokens/s | "
+              "sft_prepare_hf's rows/s ÷ this |")
         print("|---|---|---|---|---|")
         for w in args.workers:
             rows, secs, tokens, _ = run_preparer(tok, src, f"{d}/out.h5", w)
-            drows, dsecs, dtokens = run_datasets(tok, src, w, f"{d}/cache{w}")
-            shutil.rmtree(f"{d}/cache{w}", ignore_errors=True)
-            print(f"| datasets.map (apply_chat_template, tokenize=True) | {w} | {drows / dsecs:.0f} | "
-                  f"{dtokens / dsecs:.0f} | 1.00 |")
-            print(f"| sft_prepare_hf (chat + loss mask, packed HDF5) | {w} | {rows / secs:.0f} | "
-                  f"{tokens / secs:.0f} | {(rows / secs) / (drows / dsecs):.2f} |", flush=True)
+            for masked, what in ((False, "datasets.map: apply_chat_template(tokenize=True), no loss mask"),
+                                 (True, "datasets.map: + the prompt tokenized for a completion-only mask")):
+                drows, dsecs, dtokens = run_datasets(tok, src, w, f"{d}/cache{w}", masked)
+                shutil.rmtree(f"{d}/cache{w}", ignore_errors=True)
+                print(f"| {what} | {w} | {drows / dsecs:.0f} | {dtokens / dsecs:.0f} | "
+                      f"{(rows / secs) / (drows / dsecs):.2f} |", flush=True)
+            print(f"| sft_prepare_hf: chat + loss mask on assistant turns, packed HDF5 | {w} | "
+                  f"{rows / secs:.0f} | {tokens / secs:.0f} | |", flush=True)
         if args.rss_rows:
             print("\n| rows in the Parquet file | peak RSS (MiB) | rows/s |")
             print("|---|---|---|")

@@ -35,8 +35,9 @@ def _saved_dataset_files(d):
     """The .arrow files of a datasets.save_to_disk directory, in order."""
     if os.path.isfile(os.path.join(d, "dataset_dict.json")):
         splits = sorted(e for e in os.listdir(d) if os.path.isdir(os.path.join(d, e)))
+        example = "train" if "train" in splits or not splits else splits[0]
         raise UserError(f"{d}: is a DatasetDict (splits {', '.join(splits) or 'none'}); give one "
-                        f"split's directory, e.g. --input {os.path.join(d, splits[0] if splits else 'train')}")
+                        f"split's directory, e.g. --input {os.path.join(d, example)}")
     state = os.path.join(d, "state.json")
     if os.path.isfile(state):
         try:
