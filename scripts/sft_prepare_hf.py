@@ -47,10 +47,10 @@ usage: sft_prepare_hf.py --tokenizer TOK --input X --output Y.h5 --max-length T
   chat: the tokens of apply_chat_template(messages) (ChatML <|im_start|>R\\nX<|im_end|>\\n when the
     tokenizer has no chat_template); loss on each assistant turn: what the template emits after the
     assistant header up to the next turn (the content and its end-of-turn tokens).
-  --max-length T      row length; must equal max_target_length in the config (alias --max-target-length)
   text: encode(X) EOS, loss on every token (TRL's dataset_text_field).
   conversational prompt/completion: as chat over prompt + completion, loss on the completion's
     assistant turns only.
+  --max-length T      row length; must equal max_target_length in the config (alias --max-target-length)
   --format F          auto (each row by its fields, default), prompt_completion, chat or text
   --messages-field F  the column holding the messages (default messages); likewise
   --prompt-field F, --completion-field F, --text-field F
