@@ -14,7 +14,7 @@ import pytest
 from harness import read_metrics, read_params, run_train
 from signalled_run import INTERRUPT_NOTICE, SignalledRun, stop_config
 
-STEPS = 40  # the resumed run's: ~50-100 ms each (64 rows), so a stop signalled after step 3 lands mid-run
+STEPS = 24  # the resumed run's: ~30-100 ms each (64 rows), so a stop signalled after step 3 lands mid-run
 
 
 @pytest.fixture(scope="module")
