@@ -29,7 +29,9 @@ int32_t Sampler::next(const std::vector<float>& logits) {
   kept_.clear();
   for (size_t i = 0; i < logits.size(); ++i) kept_.emplace_back(logits[i], static_cast<int32_t>(i));
   // Most likely first; equal logits in id order, so that the order is fixed by the logits alone.
-  auto more_likely = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto more_likely = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t n = kept_.size();
   if (s_.top_k > 0 && size_t(s_.top_k) < n) {
     std::partial_sort(kept_.begin(), kept_.begin() + s_.top_k, kept_.end(), more_likely);

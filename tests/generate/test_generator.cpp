@@ -129,7 +129,8 @@ TEST(Sampler, FrequenciesFollowTheTemperatureTopKAndTopP) {
   expect_frequencies(draws({.temperature = 1.0, .seed = 1}, logits, 20000), {1 / z, 3 / z, 2 / z, std::exp(-1.0) / z});
   // T = 0.5: ∝ 1 : 9 : 4 : e^-2
   const double z2 = 14 + std::exp(-2.0);
-  expect_frequencies(draws({.temperature = 0.5, .seed = 2}, logits, 20000), {1 / z2, 9 / z2, 4 / z2, std::exp(-2.0) / z2});
+  expect_frequencies(draws({.temperature = 0.5, .seed = 2}, logits, 20000),
+                     {1 / z2, 9 / z2, 4 / z2, std::exp(-2.0) / z2});
   // top_k = 2: ids 1 and 2, 3 : 2
   expect_frequencies(draws({.temperature = 1.0, .top_k = 2, .seed = 3}, logits, 20000), {0, 0.6, 0.4, 0});
   // top_p = 0.7: 3/z = 0.474 < 0.7 <= 5/z = 0.79, so ids 1 and 2 again

@@ -59,7 +59,7 @@ def make_gpt2(out):
                 p.add_(0.1 * torch.randn_like(p))
             else:
                 p.mul_(8.0)  # larger weights: sharper logits, so that greedy picks are far from ties
-    m.save_pretrained(out, safe_serialization=True)
+    m.float().save_pretrained(out, safe_serialization=True)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ struct Heads {
 class KvCache : public ::testing::TestWithParam<Heads> {};
 
 // The rows of the whole sequence, fed in pieces of the given sizes.
-std::vector<float> attend_in_pieces(const std::vector<float>& qkv, const std::vector<int>& pieces, int T, const Heads& h) {
+std::vector<float> attend_in_pieces(const std::vector<float>& qkv, const std::vector<int>& pieces, int T,
+                                    const Heads& h) {
   const size_t QKV = size_t(h.NH + 2 * h.KVH) * h.HS, KV = size_t(h.KVH) * h.HS, A = size_t(h.NH) * h.HS;
   std::vector<float> k(T * KV), v(T * KV), out(T * A, std::numeric_limits<float>::quiet_NaN());
   int p = 0;
