@@ -99,8 +99,8 @@ def main():
             f"{datetime.date.today().isoformat()}\n\n"
             "| model | parameters | prefill tok/s best | prefill median | decode tok/s best | decode median | "
             "transformers prefill | transformers decode |\n|---|---|---|---|---|---|---|---|\n")
-    table = head + "".join(f"| {n} | {p / 1e6:.1f}M | {pb:.0f} | {pm:.0f} | {db:.1f} | {dm:.1f} | {hp:.0f} | {hd:.1f} |\n"
-                           for n, p, pb, pm, db, dm, hp, hd in rows)
+    table = head + "".join(f"| {n} | {p / 1e6:.1f}M | {pb:.0f} | {pm:.0f} | {db:.1f} | {dm:.1f} | {hp:.0f} | "
+                           f"{hd:.1f} |\n" for n, p, pb, pm, db, dm, hp, hd in rows)
     print(table)
     if a.out:
         with open(a.out, "w") as f:

@@ -31,7 +31,8 @@ def ckpt(workdir):
     d = workdir
     make_data(f"{d}/train.h5", 16, T=32, vocab=264, seed=1)
     cfg = write_config(f"{d}/tiny.yml", model_name="gpt2-tiny", train_files=f"{d}/train.h5", max_target_length=32,
-                       global_batch_size=8, steps=3, learning_rate=0.01, hardware="cpu", base_output_directory=f"{d}/out",
+                       global_batch_size=8, steps=3, learning_rate=0.01, hardware="cpu",
+                       base_output_directory=f"{d}/out",
                        run_name="byte", warmup_steps_fraction=0.0)
     run_train(cfg)
     with open(f"{d}/eval.jsonl", "w") as f:

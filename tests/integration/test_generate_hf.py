@@ -188,6 +188,7 @@ def test_generate_py_chat_renders_the_template_and_stops_at_its_end_of_turn(mode
     want = tok.decode(new[:-1] if new[-1] in (0, 2) else new, skip_special_tokens=True)
     r = subprocess.run([sys.executable, os.path.join(os.path.dirname(front.__file__), "generate.py"), "--model",
                         f"{d}/qwen2", "--chat", "hi there", "--system", "how are you", "--max-new-tokens", str(NEW),
-                        "--hardware", "cpu"], capture_output=True, text=True, env=dict(os.environ, SFTDP_BUILD_DIR=BUILD))
+                        "--hardware", "cpu"], capture_output=True, text=True,
+                       env=dict(os.environ, SFTDP_BUILD_DIR=BUILD))
     assert r.returncode == 0, r.stderr
     assert r.stdout == want + "\n"
