@@ -4,7 +4,8 @@ wrapper over sft_generate, prints for each eval prompt the completion that the f
 GPT-2 (tests/model/reference_gpt2.py, what sample.py itself used to run) decodes greedily until
 <|eos|> (at most 64 tokens), and the "K of N exactly right" line; `sft_generate --prompt` prints the
 same text, and scripts/generate.py --chat (byte tokenizer: <|bos|><|user|>X<|end|><|assistant|>,
-stopping at <|end|>) agree with sft_generate given those ids."""
+stopping at <|end|>) agree with sft_generate given those ids; generate.py --input prints each JSONL
+line back with the reference completion."""
 import json
 import os
 import subprocess
@@ -93,3 +94,15 @@ def test_prompt_and_chat_agree_with_the_ids_form(ckpt):
     assert g.stdout == text(chat[:-1] if chat[-1] in (EOS, END) else chat) + "\n"
     c = subprocess.run([SFT_GENERATE, "--model", ckpt, "--chat", "hi"], capture_output=True, text=True)
     assert c.returncode == 0 and c.stdout == g.stdout
+
+
+def test_generate_py_input_gives_one_json_line_per_prompt(ckpt, workdir):
+    env = dict(os.environ, SFTDP_BUILD_DIR=BUILD)
+    r = subprocess.run([sys.executable, os.path.join(SOURCE, "scripts/generate.py"), "--model", ckpt, "--input",
+                        f"{workdir}/eval.jsonl", "--max-new-tokens", "64"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    out = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [o["prompt"] for o in out] == PROMPTS
+    for o in out:
+        want = reference_greedy(ckpt, [BOS] + list(o["prompt"].encode()))
+        assert o["completion"] == text(want[:-1] if want[-1] == EOS else want)
