@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Writes the demo SFT data set: 3-digit addition and string reversal, as prompt/completion JSONL.
+"""Writes the demo SFT data set: reversing strings of 3 to 8 lowercase letters, as prompt/completion JSONL.
 
-    "123+456=" -> "579"        "rev:abcde=" -> "edcba"
+    "rev:abcde=" -> "edcba"        "rev:demo=" -> "omed"
 
-Both tasks are learnable by a tiny byte-level GPT-2 at max_target_length 64 (every example is
-under 20 tokens), and the loss sits on the completion only, so learning shows in the eval loss
-within a few hundred steps. Python 3 standard library only; the output is a pure function of
---seed (random.Random with an integer seed is stable across Python versions). Eval prompts never
-occur in the training set.
+A task that a small byte-level GPT-2 truly learns rather than memorises: there are 26^3..26^8
+strings, so the 20000 training examples cover a vanishing part of them and the eval prompts (never
+in the training set) can only be answered by the rule. configs/demo.yml's model (gpt2-tiny widened to
+128 channels) gets about 97-100% of the eval prompts exactly right after 600 steps. (Three-digit
+addition written most significant digit first, which this demo used before, stayed near 0% exactly
+right at this size: its first digit depends on carries the model has not produced yet.) Every example
+is at most 23 tokens (<|bos|> + 13 prompt bytes + 8 completion bytes + <|eos|>), so
+max_target_length 24 holds it. Python 3 standard library only; the output is a pure function of
+--seed (random.Random with an integer seed is stable across Python versions).
 
-Convert to the SPEC §4 files that configs/tiny.yml reads (scripts/demo.sh does exactly this):
+Convert to the SPEC §4 files that configs/demo.yml reads (scripts/demo.sh does exactly this):
 
-    python3 scripts/make_demo_data.py --out data/generated
-    build/sft_prepare --input data/generated/train.jsonl --output data/generated/train.h5 --max-length 64
-    build/sft_prepare --input data/generated/eval.jsonl  --output data/generated/eval.h5  --max-length 64
+    python3 scripts/make_demo_data.py --out data/generated/demo
+    build/sft_prepare --input data/generated/demo/train.jsonl --output data/generated/demo/train.h5 --max-length 24
+    build/sft_prepare --input data/generated/demo/eval.jsonl  --output data/generated/demo/eval.h5  --max-length 24
 """
 import argparse
 import json
@@ -21,22 +25,19 @@ import os
 import random
 import string
 
-
-def addition(rng):
-    a, b = rng.randint(100, 999), rng.randint(100, 999)
-    return f"{a}+{b}=", str(a + b)
+MIN_LETTERS, MAX_LETTERS = 3, 8
 
 
 def reversal(rng):
-    text = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 8)))
+    text = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(MIN_LETTERS, MAX_LETTERS)))
     return f"rev:{text}=", text[::-1]
 
 
 def examples(rng, count, exclude):
-    """count distinct (prompt, completion) pairs, half of each task, none with a prompt in exclude."""
+    """count distinct (prompt, completion) pairs, none with a prompt in exclude."""
     out, seen = [], set(exclude)
     while len(out) < count:
-        prompt, completion = (addition if len(out) % 2 == 0 else reversal)(rng)
+        prompt, completion = reversal(rng)
         if prompt in seen:
             continue
         seen.add(prompt)
@@ -53,9 +54,9 @@ def write_jsonl(path, rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="data/generated", help="output directory")
+    parser.add_argument("--out", default="data/generated/demo", help="output directory")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--train", type=int, default=4000, help="training examples")
+    parser.add_argument("--train", type=int, default=20000, help="training examples")
     parser.add_argument("--eval", type=int, default=256, help="evaluation examples")
     args = parser.parse_args()
     if args.train < 1 or args.eval < 1:
