@@ -5,8 +5,8 @@ hangs past its timeout (its processes are killed) or finds no time left; a faile
 the steps that need it. The llm.c steps of issue 23 (llmc_build in the background from the start,
 llmc_vs_sftdp last; the llmc-bench mode alone): their commands, a failed or hung llm.c build that
 leaves every other step running, and, run for real with stand-ins for the two trainers, the plumbing
-from their output to gpu_vs_llmc_<UTC>.md. The zero-bench mode of issue 25: its six sft_train runs
-(zero_stage 0, 2, 3 at GA 1 and 4). Runs in a temp dir; nothing is written into the source tree."""
+from their output to gpu_vs_llmc_<UTC>.md. The zero-bench mode of issue 25: its nine sft_train runs
+(zero_stage 0, 2, 3 at GA 1 and 4; bf16 weights at 1, 2, 3 at GA 4). Runs in a temp dir; nothing is written into the source tree."""
 import os
 import re
 import subprocess
@@ -200,18 +200,21 @@ def test_llmc_bench_mode_runs_the_llmc_steps_alone(tmp_path):
 
 def test_zero_bench_mode_runs_zero_stages_0_2_3_at_ga_1_and_4(tmp_path):
     """zero-bench (issue 25): the build, then sft_train gpt2-124m bf16 at zero_stage 0, 2 and 3 with GA 1
-    and 4 (8 rows of 1024 tokens per micro-step), each beside an nvidia-smi memory sampler, then the report."""
+    and 4 (8 rows of 1024 tokens per micro-step), and with bf16 weights at zero_stage 1, 2 and 3 with GA 4,
+    each beside an nvidia-smi memory sampler, then the report."""
     p, _, verdicts, files = dry_run(tmp_path, "zero-bench")
     assert p.returncode == 0, p.stderr
     assert list(verdicts) == PREPARE + ["zero_runs"]
     assert set(verdicts.values()) == {"ok"}
     runs = [line for line in files["zero_runs.log"].splitlines() if "/sft_train " in line]
-    assert len(runs) == 6, files["zero_runs.log"]
+    assert len(runs) == 9, files["zero_runs.log"]
     for ga in (1, 4):
-        for z in (0, 2, 3):
-            line = next(r for r in runs if f"run_name=z{z}_ga{ga}" in r)
-            for key in ("model_name=gpt2-124m", "dtype=bfloat16", "hardware=gpu", f"zero_stage={z}",
-                        f"gradient_accumulation_steps={ga}", f"global_batch_size={8 * ga}", "max_target_length=1024"):
+        for z in ("0", "2", "3") + (("1w", "2w", "3w") if ga == 4 else ()):
+            line = next(r for r in runs if f"run_name=z{z}_ga{ga} " in r + " ")
+            weights = "bfloat16" if z.endswith("w") else "float32"
+            for key in ("model_name=gpt2-124m", "dtype=bfloat16", "hardware=gpu", f"zero_stage={z[0]}",
+                        f"weight_dtype={weights}", f"gradient_accumulation_steps={ga}", f"global_batch_size={8 * ga}",
+                        "max_target_length=1024"):
                 assert key in line, (key, line)
 
 
