@@ -4,10 +4,12 @@ token on tiny random models made by transformers offline — GPT-2, Llama with g
 with a PEFT LoRA adapter (init_lora_weights=False: B != 0) merged at load (--adapter), which must
 give PeftModel.generate's tokens. transformers 4.44 has no Qwen3: its hand-made directory (q/k norms,
 head_dim != C/NH) is checked against test_hf_llama's float64 reference, greedy by recomputing the whole
-sequence at every step (no cache). An sft-dp LoRA checkpoint (one training step from the Llama
+sequence at every step (no cache), alone and with an adapter directory written by hand under PEFT's names
+(the reference on W + (alpha/r)·B·A). An sft-dp LoRA checkpoint (one training step from the Llama
 directory) generates what transformers generates from its `sft_export --merge` directory. Prompts go
 through stdin, one line of ids each, two per model (the cache is reset between them); both sides stop
 at the model's eos ids (generation_config.json), or after 12 new tokens."""
+import json
 import os
 import subprocess
 
@@ -121,6 +123,51 @@ def test_qwen3_greedy_equals_the_float64_reference(models):
             if nxt in eos:
                 break
         assert out == want, f"qwen3: sft_generate {out} vs reference {want}"
+
+
+def test_qwen3_with_an_adapter_equals_the_reference_on_merged_weights(models):
+    """A PEFT adapter directory written by hand under PEFT's names (transformers 4.44 cannot build Qwen3, so
+    PEFT cannot either): sft_generate --adapter equals the float64 reference greedy on W + (alpha/r)·B·A."""
+    from safetensors.torch import save_file
+    d = models
+    spec, cfg = hfl.make_hf_dir("qwen3", f"{d}/qwen3_ref_lora", seed=4)
+    hs, nh, kvh, r, alpha = cfg["head_dim"], hfl.NH, hfl.KVH, 4, 16
+    g = torch.Generator().manual_seed(9)
+    shapes = {"q_proj": (nh * hs, hfl.C), "v_proj": (kvh * hs, hfl.C), "o_proj": (hfl.C, nh * hs),
+              "down_proj": (hfl.C, hfl.F)}
+    tensors, p = {}, hfl.torch_params(spec)
+    for l in range(hfl.L):
+        for module, (out_f, in_f) in shapes.items():
+            a, b = 0.3 * torch.randn(r, in_f, generator=g), 0.3 * torch.randn(out_f, r, generator=g)
+            part = "self_attn" if module != "down_proj" else "mlp"
+            name = f"base_model.model.model.layers.{l}.{part}.{module}"
+            tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a, b
+            delta = (alpha / r) * (b.double() @ a.double())
+            h = f"h.{l}."
+            if module == "q_proj":
+                p[h + "attn.qkv.weight"][:nh * hs] += delta
+            elif module == "v_proj":
+                p[h + "attn.qkv.weight"][(nh + kvh) * hs:] += delta
+            elif module == "o_proj":
+                p[h + "attn.proj.weight"] += delta
+            else:
+                p[h + "mlp.proj.weight"] += delta
+    os.makedirs(f"{d}/qwen3_peft")
+    save_file(tensors, f"{d}/qwen3_peft/adapter_model.safetensors", metadata={"format": "pt"})
+    with open(f"{d}/qwen3_peft/adapter_config.json", "w") as f:
+        json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": list(shapes),
+                   "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM"}, f)
+    got = sft_generate(f"{d}/qwen3", PROMPTS, "--adapter", f"{d}/qwen3_peft")
+    assert got != sft_generate(f"{d}/qwen3", PROMPTS), "the adapter changes nothing"
+    for prompt, out in zip(PROMPTS, got):
+        ids, want = list(prompt), []
+        while len(want) < NEW:
+            nxt = int(hfl.ref_logits(p, cfg, torch.tensor([ids]), torch.arange(len(ids))[None])[0, -1].argmax())
+            want.append(nxt)
+            ids.append(nxt)
+            if nxt in (5, 6):
+                break
+        assert out == want, f"qwen3 + LoRA: sft_generate {out} vs reference {want}"
 
 
 def test_a_lora_checkpoint_generates_what_its_merged_export_does(models):
