@@ -99,16 +99,31 @@ class HfTokenizer:
         return self.vocab.tok.decode(ids, skip_special_tokens=True)
 
 
-def checkpoint_base(path):
-    """The load_parameters_path of the run that wrote checkpoint `path` (its stored config)."""
+def checkpoint_config(path):
+    """The resolved config text a checkpoint stores (its root attribute `config`), or ""."""
     try:
         import h5py
-        import yaml
         with h5py.File(path, "r") as f:
-            cfg = yaml.safe_load(f.attrs["config"])
-        return cfg.get("load_parameters_path") or ""
+            c = f.attrs["config"]
+        return c.decode() if isinstance(c, bytes) else str(c)
     except Exception:
         return ""
+
+
+def config_value(text, key):
+    """key's value in a stored config; a preset's value is written `key: null  # resolved: V`."""
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            value = line.split(":", 1)[1].split("#")[0].strip().strip('"')
+            if value in ("null", "~", "") and "resolved:" in line:
+                return line.split("resolved:", 1)[1].strip()
+            return "" if value in ("null", "~") else value
+    return ""
+
+
+def checkpoint_base(path):
+    """The load_parameters_path of the run that wrote checkpoint `path`."""
+    return config_value(checkpoint_config(path), "load_parameters_path")
 
 
 def has_tokenizer_files(d):
@@ -116,13 +131,14 @@ def has_tokenizer_files(d):
 
 
 def vocab_size(model):
-    """The model's vocabulary: config.json's vocab_size, or the checkpoint's wte rows."""
-    if os.path.isdir(model):
-        with open(os.path.join(model, "config.json")) as f:
-            return json.load(f).get("vocab_size")
-    import h5py
-    with h5py.File(model, "r") as f:
-        return f["params/wte"].shape[0] if "params/wte" in f else None
+    """The model's vocabulary: config.json's vocab_size, or the checkpoint's resolved vocab_size."""
+    try:
+        if os.path.isdir(model):
+            with open(os.path.join(model, "config.json")) as f:
+                return int(json.load(f).get("vocab_size"))
+        return int(config_value(checkpoint_config(model), "vocab_size"))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def pick_tokenizer(args):
@@ -131,11 +147,10 @@ def pick_tokenizer(args):
     for d in (args.model if os.path.isdir(args.model) else checkpoint_base(args.model), args.adapter):
         if d and os.path.isdir(d) and has_tokenizer_files(d):
             return HfTokenizer(d)
-    if not os.path.isdir(args.model) and checkpoint_base(args.model) == "":
-        return ByteTokenizer()  # a checkpoint trained from scratch: on byte-tokenised data (sft_prepare)
     if vocab_size(args.model) == BYTE_VOCAB:
-        return ByteTokenizer()
-    raise UserError(f"--tokenizer: {args.model} comes with no tokenizer files; name the tokenizer directory")
+        return ByteTokenizer()  # sft_prepare's byte vocabulary (gpt2-tiny, llama-tiny)
+    raise UserError(f"--tokenizer: no tokenizer files beside {args.model} (or its run's load_parameters_path), "
+                    "and its vocabulary is not the byte tokenizer's: name the tokenizer directory or file")
 
 
 # ---- the run -------------------------------------------------------------------------------
