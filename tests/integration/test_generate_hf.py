@@ -138,7 +138,8 @@ def test_qwen3_with_an_adapter_equals_the_reference_on_merged_weights(models):
     tensors, p = {}, hfl.torch_params(spec)
     for l in range(hfl.L):
         for module, (out_f, in_f) in shapes.items():
-            a, b = 0.3 * torch.randn(r, in_f, generator=g), 0.3 * torch.randn(out_f, r, generator=g)
+            a = 0.3 * torch.randn(r, in_f, generator=g, dtype=torch.float32)
+            b = 0.3 * torch.randn(out_f, r, generator=g, dtype=torch.float32)
             part = "self_attn" if module != "down_proj" else "mlp"
             name = f"base_model.model.model.layers.{l}.{part}.{module}"
             tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a, b
