@@ -34,10 +34,11 @@ if [ "${SFTDP_SANITIZERS:-1}" != 0 ]; then
   # the same sft_train paths as the mpirun tests; so do the start-up repeat, whose fence probe is
   # preloaded into sft_train, the chaos soak, and the leak run, whose RSS ASan's allocator would set; the multi-node GPU one, test_slurm_multinode_cuda,
   # stays: only the simulator build has GPUs for it) and tests that run no sanitized code (gpu_check's dry run, the SPEC/doc check,
-  # the Python-only tokenizer preparer, nvcc's kernel resource report), and the demo's 600-step
+  # the Python-only tokenizer preparer and its dataset formats, the metrics plotter, nvcc's kernel
+  # resource report), and the demo's 600-step
   # training (70 s under ASan; its paths are the ones every sanitized training test runs).
   bash "$ROOT/scripts/test_sanitizers.sh" \
-    -E '^integration_test_(slurm|slurm_multinode|startup_repeat|chaos_soak|no_leak|gpu_check_script|spec_docs|prepare_hf|kernel_resources|demo_learns)$' "$@"
+    -E '^integration_test_(slurm|slurm_multinode|startup_repeat|chaos_soak|no_leak|gpu_check_script|spec_docs|prepare_hf|prepare_formats|plot_metrics|kernel_resources|demo_learns)$' "$@"
 fi
 if [ "${SFTDP_FUZZ_SECONDS:-20}" != 0 ]; then
   # The fuzz targets are already built in the sanitized build (only they are, without the suite).
