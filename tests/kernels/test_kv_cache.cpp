@@ -62,7 +62,7 @@ TEST_P(KvCache, AppendWritesOnlyItsRows) {
   for (int j = 0; j < maxT; ++j)
     for (size_t c = 0; c < KV; ++c) {
       const bool mine = j >= p && j < p + Tq;
-      const float* row = qkv.data() + (j - p) * QKV;
+      const float* row = mine ? qkv.data() + (j - p) * QKV : nullptr;
       EXPECT_EQ(k[j * KV + c], mine ? row[h.NH * h.HS + c] : -7.f) << "k row " << j;
       EXPECT_EQ(v[j * KV + c], mine ? row[(h.NH + h.KVH) * h.HS + c] : -7.f) << "v row " << j;
     }
