@@ -31,11 +31,15 @@ print(f"{cfg['base_output_directory']}/{cfg['run_name']}", cfg["max_target_lengt
 PY
 )"
 read -r RUN_DIR T <<< "$RESOLVED"
-DATA="$ROOT/data/generated/demo"
+DATA="$ROOT/data/generated"
 mkdir -p "$DATA"
 /usr/bin/python3 scripts/make_demo_data.py --out "$DATA"
-"$BUILD/sft_prepare" --input "$DATA/train.jsonl" --output "$DATA/train.h5" --max-length "$T"
-"$BUILD/sft_prepare" --input "$DATA/eval.jsonl" --output "$DATA/eval.h5" --max-length "$T"
+for split in train eval; do
+  "$BUILD/sft_prepare" --input "$DATA/$split.jsonl" --output "$DATA/demo_$split.h5" --max-length "$T"
+  # The same examples at T=64 for configs/tiny.yml, the plain gpt2-tiny example of the README's
+  # mpirun, Slurm and simulator lines.
+  "$BUILD/sft_prepare" --input "$DATA/$split.jsonl" --output "$DATA/$split.h5" --max-length 64 >/dev/null
+done
 rm -rf "$RUN_DIR"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "${NP:-1}" -gt 1 ]; then

@@ -13,11 +13,12 @@ is at most 23 tokens (<|bos|> + 13 prompt bytes + 8 completion bytes + <|eos|>),
 max_target_length 24 holds it. Python 3 standard library only; the output is a pure function of
 --seed (random.Random with an integer seed is stable across Python versions).
 
-Convert to the SPEC §4 files that configs/demo.yml reads (scripts/demo.sh does exactly this):
+Convert to the SPEC §4 files that configs/demo.yml reads (scripts/demo.sh does this, and also writes
+train.h5/eval.h5 at --max-length 64 for configs/tiny.yml):
 
-    python3 scripts/make_demo_data.py --out data/generated/demo
-    build/sft_prepare --input data/generated/demo/train.jsonl --output data/generated/demo/train.h5 --max-length 24
-    build/sft_prepare --input data/generated/demo/eval.jsonl  --output data/generated/demo/eval.h5  --max-length 24
+    python3 scripts/make_demo_data.py --out data/generated
+    build/sft_prepare --input data/generated/train.jsonl --output data/generated/demo_train.h5 --max-length 24
+    build/sft_prepare --input data/generated/eval.jsonl  --output data/generated/demo_eval.h5  --max-length 24
 """
 import argparse
 import json
@@ -54,7 +55,7 @@ def write_jsonl(path, rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="data/generated/demo", help="output directory")
+    parser.add_argument("--out", default="data/generated", help="output directory")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--train", type=int, default=20000, help="training examples")
     parser.add_argument("--eval", type=int, default=256, help="evaluation examples")
