@@ -4,8 +4,8 @@
 # never in the training set) and fine-tunes gpt2-tiny, widened to 128 channels, on it with
 # configs/demo.yml from scratch (out/demo is replaced), then shows the eval loss before -> after and
 # the model's greedy answers to 12 held-out prompts. Extra arguments are key=value overrides
-# (e.g. steps=50). Set NP=2 to run on 2 MPI ranks. About 3 minutes on a fresh 2-core machine,
-# install included (bench/results/demo_2026-12-04.md).
+# (e.g. steps=50). Set NP=2 to run on 2 MPI ranks. 96 s on a fresh clone on 2 quiet cores with the
+# packages installed, about 2 minutes with the install (bench/results/demo_2026-12-04.md).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${SFTDP_BUILD_DIR:-$ROOT/build}"
