@@ -230,6 +230,15 @@ KERNELS = {
     # D = Σ bf16(dO)·O per (b, t, h) row
     "attention_tc_bwd_delta_kernel": K("attention_tc.cu", "delta dout out rows T NH HS", "attention_tc",
                                        lambda a: 2 * a.rows * a.HS, lambda a: a.rows * (6 * a.HS + F4)),
+    # kv_cache.cu (generation): kv_append copies n = Tq·KVH·HS floats of the new rows' k and v into the caches
+    "kv_append_kernel": K("kv_cache.cu", "k_cache v_cache qkv p NH KVH HS n", "memory",
+                          lambda a: 0, lambda a: 4 * F4 * a.n),
+    # kv_attention: grid Tq·NH, new token t sees p + t + 1 keys, q·k and w·v per key (4·HS); the cache's
+    # p + Tq rows of k and v read once, q read and the output written once
+    "kv_attention_kernel": K(
+        "kv_cache.cu", "out qkv k_cache v_cache p NH KVH HS scale", "attention_cuda",
+        lambda a: 4 * a.HS * a.NH * ((a.grid[0] // a.NH) * a.p + causal_pairs(a.grid[0] // a.NH)),
+        lambda a: F4 * ((a.p + a.grid[0] // a.NH) * 2 * a.KVH * a.HS + 2 * a.grid[0] * a.HS)),
     "attention_tc_segment_ranges_kernel": K("attention_tc.cu", "ranges seg T", "memory",
                                             lambda a: 0, lambda a: F4 * a.grid[1] * a.T + 8 * a.grid[0] * a.grid[1]),
 }
