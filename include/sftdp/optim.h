@@ -108,11 +108,13 @@ class AdamW {
   // Sums model.grads() (gradient sums, loss sum, weight sum) across ranks: zero_stage 0 one
   // allreduce of the whole buffer; sharded, a reduce-scatter of the blocks (only this rank's
   // block is summed afterwards) and one allreduce of the tail and the two sums. Needs the comm.
-  // zero_stage 2/3: the gradient sums were reduce-scattered during each micro-step's backward; this
-  // sums the loss and weight sums (model.sums(), 2 floats) across ranks.
+  // zero_stage 2/3 (and 1 with bf16 weights): the gradient sums were reduce-scattered during each
+  // micro-step's backward (stage 1: here, once); the loss and weight sums (model.sums()) stay this
+  // rank's: apply sums them across ranks in the gradient norm's allreduce, no collective of their own.
   void reduce_gradients();
   // model.grads() holds the GLOBAL gradient sums and trailing sums (after reduce_gradients, or
-  // the caller's allreduce), at least in this rank's shard. t: 1-based step number for bias
+  // the caller's allreduce), at least in this rank's shard (ZeroUnits: its shard holds the global
+  // gradient sums, model.sums() this rank's loss and weight sums; StepStats has the global ones). t: 1-based step number for bias
   // correction. Skips the update when the weight sum is 0. Sharded: the gradient norm is the
   // square root of the allreduced per-shard sums of squares, and the updated parameters are
   // all-gathered, so every rank ends with the same parameters.

@@ -113,9 +113,9 @@ void AdamW::moments_to_host(std::vector<float>& m, std::vector<float>& v) {
 
 void AdamW::reduce_gradients() {
   SFTDP_ASSERT(comm_ != nullptr, "AdamW::reduce_gradients needs the communicator constructor");
-  if (zero_) {  // the gradient sums were reduce-scattered during backward (stage 1: now, once)
+  if (zero_) {  // the gradient sums were reduce-scattered during backward (stage 1: now, once); the loss
+                // and weight sums go with the gradient norm's allreduce in apply
     if (zero_->stage() == 1) zero_->reduce_full_gradients();
-    comm_->allreduce_sum(model_.sums(), 2);
     return;
   }
   float* g = model_.grads();
@@ -142,23 +142,29 @@ StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
   float sums[2];
   o.to_host(sums, model_.sums(), sizeof sums);
   StepStats s;
+  // The global norm: the sum of squares of this rank's part, summed across ranks where parts differ.
+  // ZeroUnits (zero_stage 2/3, and 1 with bf16 weights): the unit shard (its padding holds zeros), whose
+  // sum of squares is allreduced together with this rank's loss and weight sums (3 doubles): the
+  // reduce-scatters leave each rank only its pieces, and the norm of the gradient SUMS needs no global
+  // weight sum yet (‖g/W‖ = ‖g‖/W), so the counts need no collective of their own.
+  double sumsq = 0, loss_sum = sums[0];
   s.weight_sum = sums[1];
+  if (zero_) {
+    double reduced[3] = {sum_squares(zero_->grad_sums(), zero_->plan().total), loss_sum, s.weight_sum};
+    comm_->allreduce_sum_host(reduced, 3);
+    sumsq = reduced[0], loss_sum = reduced[1], s.weight_sum = reduced[2];
+  }
   if (!(s.weight_sum > 0)) {  // no token counted anywhere: nothing to learn from
     s.skipped = true;
     return s;
   }
-  s.loss = double(sums[0]) / s.weight_sum;
-  // The global norm: the sum of squares of this rank's part, summed across ranks where parts differ.
-  // zero_stage 2/3: the unit shard (its padding holds zeros); 1: the block, then the tail that every
-  // rank holds added once; 0: the whole buffer, the same on every rank.
+  s.loss = loss_sum / s.weight_sum;
+  // Otherwise zero_stage 1: the block, then the tail that every rank holds added once; 0: the whole
+  // buffer, the same on every rank.
   const ZeroShard& sh = shard_;
-  double sumsq = 0;
-  if (zero_) {
-    sumsq = sum_squares(zero_->grad_sums(), zero_->plan().total);
-    comm_->allreduce_sum_host(&sumsq, 1);
-  } else if (!sharded_) {
+  if (!zero_ && !sharded_) {
     sumsq = sum_squares(model_.grads(), model_.trainable_layout().total);
-  } else {
+  } else if (!zero_) {
     sumsq = sum_squares(model_.grads() + sh.begin, sh.block);
     comm_->allreduce_sum_host(&sumsq, 1);
     sumsq += sum_squares(model_.grads() + sh.tail_begin, sh.tail);

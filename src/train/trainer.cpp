@@ -187,7 +187,8 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
 // SPEC §1, one optimizer step: every micro-step of this rank adds its gradient sums, loss sum and
 // weight sum (nothing divided); one reduction across ranks (an allreduce; ZeRO-1 a reduce-scatter;
 // allreduce_overlap per-bucket allreduces started during the last micro-step's backward; ZeRO-2/3
-// reduce-scatters already made during every micro-step's backward); then AdamW::apply divides by the
+// reduce-scatters already made during every micro-step's backward, the loss and weight sums summed in
+// apply's gradient-norm allreduce); then AdamW::apply divides by the
 // global weight sum, clips and updates. Only this rank reads (and checks) its rows: a bad one ends
 // the job from here, exit 2.
 optim::StepStats train_step(const config::Config& cfg, const Inputs& in, const std::vector<int64_t>& rows,
