@@ -61,6 +61,8 @@ void apply_file_keys(Config& cfg, const YAML::Node& root, const std::string& sou
 
 void apply_override(Config& cfg, const std::string& arg, detail::GivenKeys& given) {
   const size_t eq = arg.find('=');
+  if (arg.starts_with("--"))  // a command-line flag given after CONFIG.yml (SPEC §2)
+    throw UserError(arg.substr(0, eq) + ": flags go before CONFIG.yml; after it only key=value overrides");
   if (eq == std::string::npos || eq == 0) throw UserError(arg + ": expected key=value");
   const std::string name = arg.substr(0, eq), text = arg.substr(eq + 1);
   const detail::KeySpec* key = detail::find_key(name);

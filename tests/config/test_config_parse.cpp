@@ -158,6 +158,11 @@ TEST(ConfigOverrides, ValidationSeesOnlyTheFinalValues) {
 TEST(ConfigOverrides, MalformedOverridesAreErrors) {
   EXPECT_EQ(yaml_error(kMinimal, {"steps"}), "steps: expected key=value");
   EXPECT_EQ(yaml_error(kMinimal, {"=5"}), "=5: expected key=value");
+  // A flag after the config file (sft_train --plan CONFIG.yml --ranks 4) says where flags go.
+  EXPECT_EQ(yaml_error(kMinimal, {"--ranks"}),
+            "--ranks: flags go before CONFIG.yml; after it only key=value overrides");
+  EXPECT_EQ(yaml_error(kMinimal, {"--steps=5"}),
+            "--steps: flags go before CONFIG.yml; after it only key=value overrides");
   EXPECT_EQ(yaml_error(kMinimal, {"steps=ten"}), "steps: expected an integer, got 'ten'");
   EXPECT_TRUE(starts_with(yaml_error(kMinimal, {"train_files=[a.h5,"}),
                           "train_files: cannot read '[a.h5,' as a YAML value"));
