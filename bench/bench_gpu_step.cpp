@@ -1,6 +1,7 @@
 // bench/bench_gpu_step.cpp — one optimizer step of GPT-2 124M (L12 NH12 C768 F3072 V50257) and of
 // the Llama-family SmolLM2-135M (L30 NH9 KVH3 HS64 C576 F1536 V49152) on one GPU at B=8, T=1024,
-// with bf16 GEMM inputs, in fp32, and with bf16 and remat: checked first (initial loss ≈ ln V; remat
+// with bf16 GEMM inputs and bf16 activations (as sft_train's dtype: bfloat16 makes them), in fp32, and
+// with bf16 and remat: checked first (initial loss ≈ ln V; remat
 // must end on the same loss as without), then the median step time, tokens/s, achieved TFLOP/s, MFU
 // against the GPU's rated dense bf16 peak and the fraction of cuBLAS's bf16 GEMM rate measured in
 // the same run, the activation memory and the device memory the model and optimizer hold. Prints markdown; with
@@ -134,7 +135,9 @@ StepResult time_steps(const config::ModelDims& d, const std::string& mode, GemmI
   ops.synchronize();
   size_t free_before = 0, total = 0;
   CHECK_CUDA(cudaMemGetInfo(&free_before, &total));
-  const auto model = model::make_model(d, ops, batch.B, batch.T, remat);
+  // As sft_train makes it for dtype: bfloat16 (bf16 activation storage) or float32.
+  const bool bf16_activations = inputs == GemmInputs::kBf16;
+  const auto model = model::make_model(d, ops, batch.B, batch.T, remat, bf16_activations);
   model::Model& m = *model;
   m.set_params_from_host(params);
   optim::AdamW opt(m);

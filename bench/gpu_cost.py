@@ -7,6 +7,17 @@ src/cudasim/record.h), each line given its FLOPs and the fewest bytes it must mo
     python3 bench/gpu_cost.py                      # record and cost gpt2-124m B=8 T=1024, qwen3-0.6b B=4 T=4096
     python3 bench/gpu_cost.py --step "model_name=llama-tiny global_batch_size=2 max_target_length=64"
     python3 bench/gpu_cost.py step.jsonl ...       # cost records made before (SFTDP_SIM_RECORD=step.jsonl)
+    python3 bench/gpu_cost.py --device h200 ...    # predict for an H200 (default: H100 SXM)
+    python3 bench/gpu_cost.py --profile prof.jsonl [--record step.jsonl]   # measured beside predicted
+
+--profile: a profile of the same step on a GPU (bench/gpu_step_record with SFTDP_GPU_PROFILE=prof.jsonl,
+kernels/cuda/profile.cuh; scripts/gpu_check.sh profile makes one): every operation's measured µs joined line
+by line with the record's operation and its prediction, on the constants of the profiled device (by its
+name: H100 SXM or H200; another GPU: H100 SXM's, said so): measured vs predicted µs, achieved GB/s and
+TFLOP/s, the idle gap before each operation and whether the host was late (host-bound), per class, per
+kernel and for the largest gaps, then each class's efficiency as measured (the constants that would make the
+prediction match). The record: --record, else recorded now from the profile's own key=value overrides (a
+simulator build is needed then); with --no-record, the measured tables alone.
 
 --build DIR: a simulator build with bench/gpu_step_record (default $SFTDP_BUILD_DIR, else build-sim-b, else
 build-sim). --keep DIR keeps the records. --real runs the kernels while recording (slow; the record is the
@@ -32,6 +43,7 @@ The model (each assumption is a constant below):
   into its "step begin" mark) / predicted time / the dense bf16 peak.
 """
 import argparse
+import difflib
 import json
 import os
 import subprocess
@@ -39,9 +51,15 @@ import sys
 import tempfile
 from collections import OrderedDict, defaultdict
 
-# ---- the device: H100 SXM (NVIDIA's datasheet; dense = no 2:4 sparsity) -------------------------------
+# ---- the device (NVIDIA's datasheets; dense = no 2:4 sparsity) ------------------------------------------
+# H100 SXM and H200 share the Hopper SXM compute (989 TFLOP/s dense bf16: 1979 with sparsity, halved; 67 TFLOP/s
+# fp32 CUDA cores); the H200's HBM3e moves 4.8 TB/s against the H100's HBM3 3.35 TB/s.
+DEVICES = {
+    "H100 SXM": dict(peak_bf16=989.0, peak_fp32=67.0, hbm_tbps=3.35),
+    "H200": dict(peak_bf16=989.0, peak_fp32=67.0, hbm_tbps=4.8),
+}
 DEVICE = "H100 SXM"
-PEAK_BF16_TFLOPS = 989.0   # dense bf16 tensor cores (1979 with sparsity, halved); the MFU denominator
+PEAK_BF16_TFLOPS = 989.0   # dense bf16 tensor cores; the MFU denominator
 PEAK_FP32_TFLOPS = 67.0    # fp32 CUDA cores (non-tensor)
 HBM_TBPS = 3.35            # HBM3
 GEMM_EFFICIENCY = 0.70     # of the peak for the GEMM's input type
@@ -244,6 +262,27 @@ KERNELS = {
 }
 
 
+# ---- the device's constants ----------------------------------------------------------------------------
+def device_for(name):
+    """(DEVICES key, note) for a GPU's name as CUDA reports it ("NVIDIA H200", "NVIDIA H100 80GB HBM3"): an H200
+    (GH200 included) or an H100 (SXM's constants; a PCIe or NVL card is slower, which the note says); any other
+    name gets H100 SXM's constants and a note saying so."""
+    if "H200" in name:
+        return "H200", ""
+    if "H100" in name:
+        if "PCIe" in name or "NVL" in name:
+            return "H100 SXM", f"{name} is not an SXM card: H100 SXM's constants overstate it"
+        return "H100 SXM", ""
+    return "H100 SXM", f"no constants for {name!r}: H100 SXM's used"
+
+
+def use_device(key):
+    """Makes DEVICES[key] the device every prediction below is made for."""
+    global DEVICE, PEAK_BF16_TFLOPS, PEAK_FP32_TFLOPS, HBM_TBPS
+    d = DEVICES[key]
+    DEVICE, PEAK_BF16_TFLOPS, PEAK_FP32_TFLOPS, HBM_TBPS = key, d["peak_bf16"], d["peak_fp32"], d["hbm_tbps"]
+
+
 # ---- costing ------------------------------------------------------------------------------------------
 def elem_bytes(t):
     return {"bf16": 2, "fp32": 4}[t]
@@ -418,6 +457,172 @@ def report(title, mark, items, top=8):
     return "\n".join(out) + "\n", s
 
 
+# ---- a profile of the same step on a GPU, joined with its record ----------------------------------------
+HOST_BOUND_GAP_US = 1.0  # an idle gap longer than this while the host had not yet queued the op: host-bound
+
+
+def load_profile(path):
+    """(header, operations, footer) of a profile file (kernels/cuda/profile.cuh): its one window."""
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    heads = [i for i, r in enumerate(lines) if r["op"] == "profile"]
+    ends = [i for i, r in enumerate(lines) if r["op"] == "profile_end"]
+    if len(heads) != 1 or len(ends) != 1 or ends[0] < heads[0]:
+        raise SystemExit(f"gpu_cost: {path} holds {len(heads)} profile windows ({len(ends)} closed): one is expected "
+                         "(remove the file before profiling; one file per rank: SFTDP_GPU_PROFILE=prof_%r.jsonl)")
+    ops = lines[heads[0] + 1:ends[0]]
+    if len(ops) != lines[ends[0]]["ops"]:
+        raise SystemExit(f"gpu_cost: {path}: the footer counts {lines[ends[0]]['ops']} operations, the file has "
+                         f"{len(ops)}")
+    return lines[heads[0]], ops, lines[ends[0]]
+
+
+def record_key(r):
+    """What a record line and a profile line of the same operation share: the op and its name."""
+    name = {"kernel": lambda: r["name"], "gemm": lambda: "cublasLtMatmul", "memcpy": lambda: r["kind"],
+            "memset": lambda: "cudaMemsetAsync", "nccl": lambda: r["call"]}[r["op"]]()
+    return r["op"], name
+
+
+def join(records, profiled):
+    """[(record or None, profile line or None)] in step order: equal (op, name) runs matched in order
+    (difflib's longest matching blocks), so a launch only one side has (cuBLASLt finding no fused-bias algorithm
+    on the GPU, say: an add_bias_kernel the simulator did not need) stays unmatched instead of shifting the rest."""
+    a = [record_key(r) for r in records]
+    b = [(p["op"], p["name"]) for p in profiled]
+    out, i, j = [], 0, 0
+    for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        out += [(records[k], None) for k in range(i, block.a)] + [(None, profiled[k]) for k in range(j, block.b)]
+        out += [(records[block.a + k], profiled[block.b + k]) for k in range(block.size)]
+        i, j = block.a + block.size, block.b + block.size
+    return out
+
+
+class Measured:
+    """One profiled operation: its group (as the cost tables group), class, measured µs, the idle gap before it
+    (device time since every earlier operation ended, any stream), whether the host queued it late (host-bound),
+    and its predicted Item (None when the record has no such line)."""
+
+    def __init__(self, p, item, gap_us, host_bound):
+        self.p, self.item, self.us, self.gap_us, self.host_bound = p, item, p["us"], gap_us, host_bound
+        self.group = item.group if item else (p["name"] if p["op"] == "kernel" else f"{p['op']} {p['name']}")
+        self.cls = item.cls if item else "unrecorded"
+
+
+def measure(pairs):
+    """Measured items of the joined lines, in the profile's order, with their gaps and host-bound flags."""
+    out, busy_until = [], 0.0
+    for r, p in pairs:
+        if p is None:
+            continue
+        gap = max(0.0, p["start_us"] - busy_until)
+        # The device sat idle and the host queued this op only after the device had run out of work.
+        host_bound = gap > HOST_BOUND_GAP_US and p["enqueue_us"] >= busy_until - HOST_BOUND_GAP_US
+        out.append(Measured(p, cost([r])[0] if r else None, gap, host_bound))
+        busy_until = max(busy_until, p["start_us"] + p["us"])
+    return out
+
+
+def rate(x, us, unit):
+    return f"{x / (us * 1e-6) / unit:,.1f}" if us > 0 and x else ""
+
+
+def profile_report(title, head, foot, pairs, top=8):
+    """Markdown: the measured step beside the prediction, per class, per kernel, the largest gaps, what did
+    not join, and each class's efficiency as measured; and the totals as a dict."""
+    ms = measure(pairs)
+    busy = sum(m.us for m in ms)
+    idle = sum(m.gap_us for m in ms)
+    host_idle = sum(m.gap_us for m in ms if m.host_bound)
+    matched = [m for m in ms if m.item]
+    predicted = sum(m.item.us for m in matched)
+    unmatched_records = [r for r, p in pairs if p is None]
+    s = {"device_name": head.get("device"), "constants": DEVICE, "operations": len(ms),
+         "measured_ms": foot["device_us"] / 1e3, "busy_ms": busy / 1e3, "idle_ms": idle / 1e3,
+         "host_bound_idle_ms": host_idle / 1e3, "host_ms": foot["host_us"] / 1e3,
+         "predicted_ms": predicted / 1e3 if matched else None, "joined": len(matched),
+         "unmatched_profile": len(ms) - len(matched), "unmatched_record": len(unmatched_records)}
+    out = [f"### {title}", ""]
+    out.append(f"Profiled on **{head.get('device')}** ({head.get('sms')} SMs), predicted with {DEVICE}'s constants."
+               + (f" Warm-up steps before it: {', '.join(f'{x:.1f}' for x in head.get('warmup_ms', []))} ms."
+                  if head.get("warmup_ms") else ""))
+    out.append(f"Step on the device: **{s['measured_ms']:.2f} ms** from the window's start to the last operation's "
+               f"end ({len(ms)} operations: busy {busy / 1e3:.2f} ms, idle {idle / 1e3:.2f} ms, of it "
+               f"{host_idle / 1e3:.2f} ms waiting for the host); the host queued it in {s['host_ms']:.2f} ms."
+               + (f" Predicted for the joined operations: {predicted / 1e3:.2f} ms (busy/predicted "
+                  f"{busy / predicted:.2f})." if matched and predicted else ""))
+    if s["unmatched_profile"] or s["unmatched_record"]:
+        out.append(f"Not joined: {s['unmatched_profile']} profiled operation(s) without a record line, "
+                   f"{s['unmatched_record']} record line(s) not profiled.")
+    out += ["", "| class | operations | measured ms | predicted ms | measured / predicted | achieved TB/s | "
+            "achieved TFLOP/s |", "|---|--:|--:|--:|--:|--:|--:|"]
+    labels = dict(class_names(), unrecorded="operations the record does not have")
+    for c, label in labels.items():
+        sel = [m for m in ms if m.cls == c]
+        if not sel:
+            continue
+        mus = sum(m.us for m in sel)
+        pus = sum(m.item.us for m in sel if m.item)
+        b = sum(m.item.bytes for m in sel if m.item)
+        f = sum(m.item.flops for m in sel if m.item)
+        out.append(f"| {label} | {len(sel)} | {mus / 1e3:.3f} | {pus / 1e3:.3f} | "
+                   f"{mus / pus if pus else float('nan'):.2f} | {rate(b, mus, 1e12)} | {rate(f, mus, 1e12)} |")
+    groups = defaultdict(list)
+    for m in ms:
+        groups[m.group].append(m)
+    out += ["", "| kernel / operation | launches | measured µs | predicted µs | measured / predicted | GB/s | "
+            "TFLOP/s | idle before, µs | host-bound |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for g, sel in sorted(groups.items(), key=lambda kv: -sum(m.us for m in kv[1])):
+        mus = sum(m.us for m in sel)
+        pus = sum(m.item.us for m in sel if m.item)
+        b = sum(m.item.bytes for m in sel if m.item)
+        f = sum(m.item.flops for m in sel if m.item)
+        out.append(f"| {g} | {len(sel)} | {mus:,.1f} | {pus:,.1f} | {mus / pus if pus else float('nan'):.2f} | "
+                   f"{rate(b, mus, 1e9)} | {rate(f, mus, 1e12)} | {sum(m.gap_us for m in sel):,.1f} | "
+                   f"{sum(m.host_bound for m in sel)} |")
+    out += ["", "Largest idle gaps (the operation after the gap):", ""]
+    for n, m in enumerate(sorted(ms, key=lambda m: -m.gap_us)[:top], 1):
+        if m.gap_us <= 0:
+            break
+        out.append(f"{n}. {m.gap_us:,.1f} µs before {m.group} ({m.p['site']}, operation {m.p['i']})"
+                   + (": the host queued it late" if m.host_bound else ""))
+    out += ["", "Efficiency as measured (what each class's constant would be for the prediction to match):", ""]
+    for c, const, peak in (("memory", "BANDWIDTH_EFFICIENCY", HBM_TBPS * 1e12),
+                           ("gemm_bf16", "GEMM_EFFICIENCY (bf16)", PEAK_BF16_TFLOPS * 1e12),
+                           ("gemm_fp32", "GEMM_EFFICIENCY (fp32)", PEAK_FP32_TFLOPS * 1e12),
+                           ("attention_tc", "ATTN_TC_TFLOPS", 1e12), ("attention_cuda", "ATTN_CUDA_TFLOPS", 1e12)):
+        sel = [m for m in matched if m.cls == c]
+        mus = sum(max(m.us, 1e-3) for m in sel)
+        amount = sum((m.item.bytes if c == "memory" else m.item.flops) for m in sel)
+        if sel and amount:
+            value = amount / (mus * 1e-6) / peak
+            s[f"measured_{c}"] = value
+            out.append(f"- {const}: {value:.3g}" + (f" of {peak / 1e12:g} TB/s" if c == "memory" else
+                                                    "" if c.startswith("attention") else f" of {peak / 1e12:g} TFLOP/s")
+                       + f" ({len(sel)} operations)")
+    short = sorted(m.us for m in ms if m.p["op"] == "kernel")
+    if short:
+        s["shortest_kernel_us"] = short[0]
+        out.append(f"- the shortest kernel took {short[0]:.1f} µs; the median idle gap between operations "
+                   f"{sorted(m.gap_us for m in ms)[len(ms) // 2]:.1f} µs (LAUNCH_US is {LAUNCH_US:g})")
+    return "\n".join(out) + "\n", s
+
+
+def write_ops_csv(path, pairs):
+    """Every joined line: index, op, name, site, measured and predicted µs, gap, host-bound, bytes, FLOPs."""
+    ms = {id(m.p): m for m in measure(pairs)}
+    with open(path, "w") as f:
+        f.write("i,op,name,site,measured_us,predicted_us,gap_us,host_bound,bytes,flops\n")
+        for r, p in pairs:
+            m = ms.get(id(p)) if p else None
+            item = m.item if m else (cost([r])[0] if r else None)
+            name = (p["name"] if p else record_key(r)[1]).replace('"', "'")
+            f.write(",".join(str(x) for x in (
+                p["i"] if p else "", p["op"] if p else r["op"], f'"{name}"', p["site"] if p else r.get("site", ""),
+                f"{m.us:.3f}" if m else "", f"{item.us:.3f}" if item else "", f"{m.gap_us:.3f}" if m else "",
+                int(m.host_bound) if m else "", item.bytes if item else "", item.flops if item else "")) + "\n")
+
+
 # ---- recording ----------------------------------------------------------------------------------------
 def default_build():
     """$SFTDP_BUILD_DIR, else the repository's build-sim-b or build-sim that has the recorder."""
@@ -429,8 +634,9 @@ def default_build():
     return os.environ.get("SFTDP_BUILD_DIR") or os.path.join(root, "build-sim")
 
 
-def record_step(build, overrides, path, real=False, extra_env=None):
-    """Runs bench/gpu_step_record with `overrides` (a list of key=value) into a fresh record at `path`."""
+def record_step(build, overrides, path, real=False, extra_env=None, warmup=0):
+    """Runs bench/gpu_step_record with `overrides` (a list of key=value), after `warmup` steps it does not record,
+    into a fresh record at `path`."""
     exe = os.path.join(build, "bench", "gpu_step_record")
     if not os.path.exists(exe):
         raise SystemExit(f"gpu_cost: {exe} not found: build it in a simulator build "
@@ -440,7 +646,8 @@ def record_step(build, overrides, path, real=False, extra_env=None):
     env = dict(os.environ, SFTDP_SIM_RECORD=path, SFTDP_SIM_DEVICE_MEMORY="80G",  # an H100's 80 GB
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **(extra_env or {}))
     env["SFTDP_SIM_RECORD_ONLY"] = "0" if real else "1"
-    p = subprocess.run([exe] + list(overrides), env=env, capture_output=True, text=True)
+    p = subprocess.run([exe] + (["--warmup", str(warmup)] if warmup else []) + list(overrides), env=env,
+                       capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"gpu_cost: {exe} {' '.join(overrides)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
     return path
@@ -459,10 +666,21 @@ def main(argv=None):
     ap.add_argument("--launch-us", type=float, help=f"per-operation overhead, µs (default {LAUNCH_US})")
     ap.add_argument("--gemm-efficiency", type=float, help=f"of the GEMM peak (default {GEMM_EFFICIENCY})")
     ap.add_argument("--bandwidth-efficiency", type=float, help=f"of HBM (default {BANDWIDTH_EFFICIENCY})")
+    ap.add_argument("--device", choices=[k.split()[0].lower() for k in DEVICES],
+                    help="the device predicted for (default: H100 SXM; with --profile: the profiled one's)")
+    ap.add_argument("--profile", help="a profile of the step on a GPU (SFTDP_GPU_PROFILE) to join with its record")
+    ap.add_argument("--record", help="with --profile: the step's record (default: recorded now from the profile's "
+                                     "overrides)")
+    ap.add_argument("--no-record", action="store_true", help="with --profile: the measured tables alone")
+    ap.add_argument("--ops-csv", help="with --profile: write every joined line to this CSV file")
     args = ap.parse_args(argv)
     LAUNCH_US = LAUNCH_US if args.launch_us is None else args.launch_us
     GEMM_EFFICIENCY = GEMM_EFFICIENCY if args.gemm_efficiency is None else args.gemm_efficiency
     BANDWIDTH_EFFICIENCY = BANDWIDTH_EFFICIENCY if args.bandwidth_efficiency is None else args.bandwidth_efficiency
+    if args.device:
+        use_device(next(k for k in DEVICES if k.split()[0].lower() == args.device))
+    if args.profile:
+        return main_profile(args)
     paths = list(args.records)
     if not paths:
         build = args.build or default_build()
@@ -482,6 +700,35 @@ def main(argv=None):
             print(text)
     if args.json:
         print(json.dumps(results, indent=1))
+    return 0
+
+
+def main_profile(args):
+    """--profile: the measured step joined with its record (made now if not given) and the prediction."""
+    head, profiled, foot = load_profile(args.profile)
+    key, note = device_for(head.get("device", ""))
+    if not args.device:
+        use_device(key)
+    records = []
+    if not args.no_record:
+        path = args.record
+        if not path:
+            out = args.keep or tempfile.mkdtemp(prefix="gpu_cost_")
+            os.makedirs(out, exist_ok=True)
+            path = record_step(args.build or default_build(), head["overrides"], os.path.join(out, "profiled.jsonl"),
+                               warmup=len(head.get("warmup_ms", [])))
+        mark, records = load(path)
+        if mark and any(mark.get(k) != head.get(k) for k in ("model_name", "B", "T", "dtype", "remat")):
+            raise SystemExit(f"gpu_cost: the record {path} is of another step than the profile {args.profile}")
+    pairs = join(records, profiled)
+    title = f"{head.get('model_name')}, B={head.get('B')}, T={head.get('T')}, {head.get('dtype')} (profiled)"
+    text, s = profile_report(title, head, foot, pairs, args.top)
+    if note:
+        text = text.replace("\n", f"\n\nNote: {note}.\n", 1)
+        s["note"] = note
+    if args.ops_csv:
+        write_ops_csv(args.ops_csv, pairs)
+    print(json.dumps([dict(s, profile=args.profile, title=title)], indent=1) if args.json else text)
     return 0
 
 

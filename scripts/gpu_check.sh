@@ -23,6 +23,16 @@
 # with weight_dtype bfloat16 (bf16 weight storage) at zero_stage 1, 2 and 3, GA 4, on the one GPU:
 # ms/step, the last loss against stage 0's, nvidia-smi's peak memory beside the plan, as
 # gpu_zero_<UTC>.md:  run(command="bash scripts/gpu_check.sh zero-bench", carry=[".debs"], timeout_s=450)
+# profile (issue 34): where a step's time goes, first thing on any GPU, in under 5 minutes: the same
+# packages and configure, a build of bench/gpu_step_record alone, then one step of each PROFILE_STEPS
+# entry (gpt2-124m and smollm2-135m, bf16, B=8, T=1024, after 3 warm-up steps) with every device
+# operation timed by cudaEvents (SFTDP_GPU_PROFILE, kernels/cuda/profile.cuh), and bench/gpu_cost.py's
+# table of each: measured beside predicted per operation, class and kernel, idle gaps, host-bound
+# operations (gpu_profile_<name>_<UTC>.md, every line in gpu_profile_<name>.csv). The predictions need
+# the simulator's record of the same steps, made here first and carried:
+#   here:   bash scripts/gpu_check.sh records      (a simulator build's gpu_step_record, record-only: ~1 min)
+#   run(command="bash scripts/gpu_check.sh profile", carry=[".debs", ".records"], timeout_s=300)
+# Without .records/ the tables are the measured ones alone; gpu_cost.py --profile joins them here later.
 # Every step runs under `timeout`, inside SFTDP_GPU_CHECK_LIMIT s (default: timeout_s above - 30);
 # a failed step is logged and the others still run. Results: ONE file, $OUT/gpu_check_<mode>.tar.gz
 # (summary.txt, <step>.log, metrics, bench gpu_step_<UTC>.md and gpu_vs_llmc_<UTC>.md: copy them into
@@ -38,6 +48,7 @@ SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 ROOT="$(dirname "$(dirname "$SELF")")"
 export ROOT BUILD="${SFTDP_GPU_BUILD_DIR:-$ROOT/build-cuda}"
 export PKG="${SFTDP_PKG_ROOT:-$ROOT/build-pkgroot}" LLMC="${SFTDP_LLMC_BUILD_DIR:-$ROOT/build-llmc}"
+export RECORDS="${SFTDP_GPU_RECORDS:-$ROOT/.records}"  # the simulator's records of the profiled steps
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" OPENBLAS_NUM_THREADS=1 PATH="/usr/local/cuda/bin:$PATH"
 
 x() {  # every command of a step goes through here; a dry run prints it (and fails or hangs on demand)
@@ -116,6 +127,42 @@ two_ranks_one_gpu() {  # issue 8: auto falls back to the CPU on every rank; gpu 
   [[ -n ${SFTDP_GPU_CHECK_DRY:-} ]] || ((rc == 2)) && x grep -q "error: hardware: gpu: .* runs 2 local ranks" "$RES/two_gpu.out"
 }
 bench() { SFTDP_BENCH_OUT="$RES" x with_libs "$BUILD/bench/bench_gpu_step"; }
+
+# ---- issue 34: every device operation of a step timed (profile), beside the cost model's prediction ----
+# name|key=value... of each profiled step; `records` records the same steps in the simulator (record-only)
+PROFILE_STEPS=(
+  "gpt2-124m|model_name=gpt2-124m global_batch_size=8 max_target_length=1024 dtype=bfloat16"
+  "smollm2-135m|model_name=smollm2-135m global_batch_size=8 max_target_length=1024 dtype=bfloat16"
+)
+PROFILE_WARMUP=3
+build_profile() { x cmake --build "$BUILD" -j "$(nproc)" --target gpu_step_record; }
+profile_step() {  # profile_step NAME: one step of that PROFILE_STEPS entry, timed per operation
+  local entry keys
+  for entry in "${PROFILE_STEPS[@]}"; do [[ ${entry%%|*} == "$1" ]] && keys="${entry#*|}"; done
+  rm -f "$RES/profile_$1.jsonl"
+  # shellcheck disable=SC2086
+  x with_libs env SFTDP_GPU_PROFILE="$RES/profile_$1.jsonl" "$BUILD/bench/gpu_step_record" --warmup "$PROFILE_WARMUP" \
+    $keys
+}
+profile_report() {  # profile_report NAME: gpu_cost.py's joined table (measured alone without a carried record)
+  local record=("--no-record")
+  [[ -f $RECORDS/$1.jsonl ]] && record=(--record "$RECORDS/$1.jsonl")
+  x python3 "$ROOT/bench/gpu_cost.py" --profile "$RES/profile_$1.jsonl" "${record[@]}" \
+    --ops-csv "$RES/gpu_profile_$1.csv" | tee "$RES/gpu_profile_$1_$(date -u +%Y%m%dT%H%M%SZ).md"
+}
+records() {  # here, without a GPU: the simulator's record of each PROFILE_STEPS entry into .records/
+  local sim="${SFTDP_SIM_BUILD_DIR:-$ROOT/build-sim}" entry name
+  [[ -f $sim/CMakeCache.txt ]] ||
+    x cmake -S "$ROOT" -B "$sim" -DCMAKE_BUILD_TYPE=Release -DSFTDP_CUDA_SIM=ON -DSFTDP_BUILD_TESTS=OFF || return 1
+  x cmake --build "$sim" -j "$(nproc)" --target gpu_step_record && x mkdir -p "$RECORDS" || return 1
+  for entry in "${PROFILE_STEPS[@]}"; do
+    name="${entry%%|*}"
+    x rm -f "$RECORDS/$name.jsonl"
+    # shellcheck disable=SC2086
+    x env SFTDP_SIM_RECORD="$RECORDS/$name.jsonl" SFTDP_SIM_RECORD_ONLY=1 SFTDP_SIM_DEVICE_MEMORY=80G \
+      "$sim/bench/gpu_step_record" --warmup "$PROFILE_WARMUP" ${entry#*|} || return 1
+  done
+}
 
 # ---- issue 23: llm.c's train_gpt2cu beside sft_train, same GPU, same call ----
 nvml_library() {  # a libnvidia-ml to link llm.c against (-lnvidia-ml): the toolkit's stub, else the driver's
@@ -274,19 +321,26 @@ step_wait() {  # the status of step_bg NAME (once; 1 if it was skipped)
   record "$name" "${BG_T0[$name]}" "$rc"
 }
 
-prepare() {  # shared by both modes; each step but `machine` needs the one before it
+prepare() {  # shared by the modes; each step but `machine` needs the one before it
   step machine 30 machine
-  step packages 120 packages && step configure 150 configure && step build 420 build
+  step packages 120 packages && step configure 150 configure || return 1
+  if [[ $MODE == profile ]]; then step build 180 build_profile; else step build 420 build; fi
 }
 
 main() {
   export MODE="$1" RES; local limit="${SFTDP_GPU_CHECK_LIMIT:-}"
-  [[ -n $limit ]] || case $MODE in build-test) limit=510 ;; llmc-bench) limit=210 ;; zero-bench) limit=420 ;; *) limit=390 ;; esac
+  [[ -n $limit ]] || case $MODE in build-test) limit=510 ;; llmc-bench) limit=210 ;; zero-bench) limit=420 ;;
+    profile) limit=270 ;; *) limit=390 ;; esac
   DEADLINE=$((SECONDS + limit))
   RES="${SFTDP_GPU_CHECK_RESULTS:-$ROOT/bench/results}/gpu_check_$(date -u +%Y%m%dT%H%M%SZ)_$MODE"
   mkdir -p "$RES"
   [[ $MODE == e2e-bench ]] && step_bg llmc_build "${SFTDP_LLMC_BUILD_LIMIT:-90}" llmc_build  # one nvcc, beside the steps below
   if ! prepare; then :
+  elif [[ $MODE == profile ]]; then
+    local entry
+    for entry in "${PROFILE_STEPS[@]}"; do
+      step "profile_${entry%%|*}" 60 profile_step "${entry%%|*}" && step "report_${entry%%|*}" 60 profile_report "${entry%%|*}"
+    done
   elif [[ $MODE == build-test ]]; then
     step gpu_tests 240 gpu_tests
   elif [[ $MODE == llmc-bench ]]; then
@@ -321,7 +375,8 @@ main() {
 
 # shellcheck source=/dev/null
 case "${1:-}" in
-  build-test|e2e-bench|llmc-bench|zero-bench) main "$1" ;;
+  build-test|e2e-bench|llmc-bench|zero-bench|profile) main "$1" ;;
+  records) STEP=records records ;;  # here, not on the device: no results folder, no archive
   _call) shift; [[ -f $PKG/env.sh ]] && source "$PKG/env.sh"; "$@" ;;
-  *) echo "usage: bash scripts/gpu_check.sh build-test|e2e-bench|llmc-bench|zero-bench   (see the header of this file)" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu_check.sh build-test|e2e-bench|llmc-bench|zero-bench|profile|records   (see the header of this file)" >&2; exit 2 ;;
 esac

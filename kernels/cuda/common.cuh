@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/profile.cuh"
 #include "sftdp/check_cuda.h"
 
 // After every kernel launch: a bad launch configuration is reported at the launching line.
@@ -23,12 +24,19 @@
 // kernel<<<grid, block, smem, stream>>>(args...), written so that a host compiler can build it too:
 // exactly that launch under nvcc; in the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim) the
 // simulator's launch, which runs the same kernel source on the CPU under CUDA's execution model.
+// Either way inside a profile window (profile.cuh) the launch is timed on the device, tagged with the
+// kernel's name as written here and its file:line, as the simulator's record tags it.
 #ifdef SFTDP_CUDA_SIM
-#define SFTDP_LAUNCH(kernel, grid, block, smem, stream, ...) \
+#define SFTDP_LAUNCH_ONLY(kernel, grid, block, smem, stream, ...) \
   ::sftdp::sim::launch({#kernel, __FILE__, __LINE__}, kernel, grid, block, smem, stream, __VA_ARGS__)
 #else
-#define SFTDP_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#define SFTDP_LAUNCH_ONLY(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
 #endif
+#define SFTDP_LAUNCH(kernel, grid, block, smem, stream, ...)                                           \
+  do {                                                                                                 \
+    const ::sftdp::cuda::profile::Scope sftdp_timed_launch_((stream), "kernel", #kernel, __FILE__, __LINE__); \
+    SFTDP_LAUNCH_ONLY(kernel, grid, block, smem, stream, __VA_ARGS__);                                 \
+  } while (0)
 
 namespace sftdp::cuda {
 

@@ -107,10 +107,10 @@ void encoder_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* inp
   static std::vector<int32_t> tokens, positions, host;
   const bool with_pos = dwpe != nullptr;
   tokens.resize(n);
-  CHECK_CUDA(cudaMemcpyAsync(tokens.data(), inp, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  memcpy_async(tokens.data(), inp, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
   positions.resize(with_pos ? n : 0);
   if (with_pos && pos)
-    CHECK_CUDA(cudaMemcpyAsync(positions.data(), pos, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+    memcpy_async(positions.data(), pos, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
   CHECK_CUDA(cudaStreamSynchronize(stream));
   if (with_pos && !pos)
     for (size_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i % T);
@@ -126,7 +126,7 @@ void encoder_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* inp
   const int U_tok = build_buckets(tokens, host, 0, n, 2 * n + 1);
   const int U_pos = with_pos ? build_buckets(positions, host, per_table, per_table + n, per_table + 2 * n + 1) : 0;
   int32_t* dev = scratch_as<int32_t>(Scratch::kEncoderBuckets, host.size());
-  CHECK_CUDA(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  memcpy_async(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream);
 
   scatter_add(dwte, dout, dev, 0, n, 2 * n + 1, U_tok, C, stream);
   if (with_pos) scatter_add(dwpe, dout, dev, per_table, per_table + n, per_table + 2 * n + 1, U_pos, C, stream);

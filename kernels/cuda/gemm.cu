@@ -238,6 +238,14 @@ const __nv_bfloat16* to_bf16(Scratch slot, const void* src, int rows, int cols, 
   return dst;
 }
 
+// The shape fields of a profiled matmul (profile.cuh), named as the simulator's record names them; built
+// only inside a profile window.
+std::string profile_detail(const LtCall& call) {
+  if (!profile::active()) return {};
+  return "\"m\":" + std::to_string(call.m) + ",\"n\":" + std::to_string(call.n) + ",\"k\":" + std::to_string(call.k) +
+         ",\"batch\":" + std::to_string(call.batch);
+}
+
 }  // namespace
 
 void set_bf16_mirror(int slot, const float* src, const __nv_bfloat16* copy, size_t n) {
@@ -299,6 +307,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
     LtDescs descs(call, bias);
     const CachedAlgo& fused = algo_for(call, descs, bias);
     if (fused.found) {
+      const profile::Scope timed(stream, "gemm", "cublasLtMatmul", __FILE__, __LINE__, profile_detail(call));
       CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b,
                                   &call.beta, call.c, descs.c, call.c, descs.c, &fused.algo, workspace,
                                   kWorkspaceBytes, stream));
@@ -309,8 +318,11 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   LtDescs descs(call, nullptr);
   const CachedAlgo* algo = &algo_for(call, descs, nullptr);
   SFTDP_ASSERT(algo->found, shape() + ": cuBLASLt has no algorithm for this shape/alignment");
-  CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b, &call.beta,
-                              call.c, descs.c, call.c, descs.c, &algo->algo, workspace, kWorkspaceBytes, stream));
+  {
+    const profile::Scope timed(stream, "gemm", "cublasLtMatmul", __FILE__, __LINE__, profile_detail(call));
+    CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b, &call.beta,
+                                call.c, descs.c, call.c, descs.c, &algo->algo, workspace, kWorkspaceBytes, stream));
+  }
   if (bias) {
     // Biases at < 16-byte-aligned offsets of the flat parameter buffer (or shapes with no fused
     // algorithm) come here; tests/kernels/test_cuda_gemm_vs_cpu.cpp reaches it with a bias one

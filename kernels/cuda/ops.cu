@@ -19,7 +19,7 @@ using cuda::stream;
 void* device_alloc(size_t bytes) {
   void* p = nullptr;
   CHECK_CUDA(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
-  CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream()));
+  cuda::memset_async(p, 0, bytes, stream());
   // Zero-filled for whoever touches it next, on any stream (the NCCL communicator has its own).
   CHECK_CUDA(cudaStreamSynchronize(stream()));
   return p;
@@ -31,20 +31,20 @@ void device_free(void* p) {
   CHECK_CUDA(cudaFree(p));
 }
 
-void device_zero(void* p, size_t bytes) { CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
+void device_zero(void* p, size_t bytes) { cuda::memset_async(p, 0, bytes, stream()); }
 
 void host_to_device(void* dst, const void* src, size_t bytes) {
-  CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+  cuda::memcpy_async(dst, src, bytes, cudaMemcpyHostToDevice, stream());
   CHECK_CUDA(cudaStreamSynchronize(stream()));  // the caller may free or reuse src on return
 }
 
 void device_to_host(void* dst, const void* src, size_t bytes) {
-  CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  cuda::memcpy_async(dst, src, bytes, cudaMemcpyDeviceToHost, stream());
   CHECK_CUDA(cudaStreamSynchronize(stream()));
 }
 
 void device_to_device(void* dst, const void* src, size_t bytes) {
-  CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+  cuda::memcpy_async(dst, src, bytes, cudaMemcpyDeviceToDevice, stream());
 }
 
 void synchronize() { CHECK_CUDA(cudaStreamSynchronize(stream())); }

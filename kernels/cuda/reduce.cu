@@ -79,7 +79,7 @@ __global__ void add_column_partials_kernel(float* dst, const float* partials, in
 template <class Load>
 void two_pass_sum(float* dst, Load load, size_t n, bool accumulate, cudaStream_t stream) {
   if (n == 0) {
-    if (!accumulate) CHECK_CUDA(cudaMemsetAsync(dst, 0, sizeof(float), stream));
+    if (!accumulate) memset_async(dst, 0, sizeof(float), stream);
     return;
   }
   const size_t min_chunk = kMinChunk;

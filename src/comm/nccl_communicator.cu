@@ -22,11 +22,22 @@
 
 #include "comm/collective.h"
 #include "comm/mpi_host.h"
+#include "kernels/cuda/profile.cuh"
 #include "kernels/ops.h"
 #include "sftdp/check_cuda.h"
 #include "sftdp/check_mpi.h"
 #include "sftdp/check_nccl.h"
 #include "sftdp/comm.h"
+
+// One NCCL call queued on stream_ (checked), timed inside a profile window (kernels/cuda/profile.cuh),
+// tagged as the CUDA simulator's record tags a collective: the call's name and element count.
+#define CHECK_NCCL_TIMED(name, count, call)                                                              \
+  do {                                                                                                   \
+    const cuda::profile::Scope timed_collective_(                                                        \
+        stream_, "nccl", name, __FILE__, __LINE__,                                                       \
+        cuda::profile::active() ? "\"count\":" + std::to_string(count) : std::string());               \
+    CHECK_NCCL(call);                                                                                    \
+  } while (0)
 
 namespace sftdp::comm {
 namespace {
@@ -68,7 +79,7 @@ class NcclCommunicator final : public MpiHostCommunicator {
     // and broadcast it) and the MPI-vs-NCCL loss curves within tolerance. Two ranks cannot share
     // one GPU (NCCL refuses duplicate devices), so this needs a multi-GPU machine.
     run("the gradient allreduce",
-        [&] { CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_)); });
+        [&] { CHECK_NCCL_TIMED("ncclAllReduce", n, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_)); });
   }
   // Overlap: stream_ waits for the kernels queued so far (the range's last writes), then sums it
   // in place; the kernels' stream goes on with the rest of backward meanwhile. wait_allreduces
@@ -78,7 +89,7 @@ class NcclCommunicator final : public MpiHostCommunicator {
     if (n == 0) return;
     CHECK_CUDA(cudaEventRecord(kernels_done_, kernels_stream()));
     CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
-    CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+    CHECK_NCCL_TIMED("ncclAllReduce", n, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
     started_ = true;
   }
   void wait_allreduces() override {
@@ -93,13 +104,17 @@ class NcclCommunicator final : public MpiHostCommunicator {
   void reduce_scatter_sum(float* buf, size_t block) override {
     if (block == 0) return;
     run("the gradient reduce-scatter", [&] {
-      CHECK_NCCL(ncclReduceScatter(buf, buf + rank_ * block, block, ncclFloat, ncclSum, comm_, stream_));
+      CHECK_NCCL_TIMED("ncclReduceScatter", block,
+                       ncclReduceScatter(buf, buf + rank_ * block, block, ncclFloat, ncclSum, comm_, stream_));
     });
   }
   void all_gather(float* buf, size_t block) override {
     if (block == 0) return;
     run("the parameter all-gather",
-        [&] { CHECK_NCCL(ncclAllGather(buf + rank_ * block, buf, block, ncclFloat, comm_, stream_)); });
+        [&] {
+          CHECK_NCCL_TIMED("ncclAllGather", block,
+                           ncclAllGather(buf + rank_ * block, buf, block, ncclFloat, comm_, stream_));
+        });
   }
   // ZeRO-2/3, out of place: queued on stream_ after the kernels queued so far, like
   // start_allreduce_sum, then an event of the ticket's own (a later collective's event would make
@@ -111,18 +126,24 @@ class NcclCommunicator final : public MpiHostCommunicator {
   Ticket start_reduce_scatter_sum(const float* send, float* recv, size_t block) override {
     assert_out_of_place("start_reduce_scatter_sum", send, world_ * block, recv, block);
     return start_shard(kShardReduceScatter, block, [&] {
-      CHECK_NCCL(ncclReduceScatter(send, recv, block, ncclFloat, ncclSum, comm_, stream_));
+      CHECK_NCCL_TIMED("ncclReduceScatter", block,
+                       ncclReduceScatter(send, recv, block, ncclFloat, ncclSum, comm_, stream_));
     });
   }
   Ticket start_all_gather(const float* send, float* recv, size_t block) override {
     assert_out_of_place("start_all_gather", send, block, recv, world_ * block);
     return start_shard(kShardAllGather, block,
-                       [&] { CHECK_NCCL(ncclAllGather(send, recv, block, ncclFloat, comm_, stream_)); });
+                       [&] {
+                         CHECK_NCCL_TIMED("ncclAllGather", block,
+                                          ncclAllGather(send, recv, block, ncclFloat, comm_, stream_));
+                       });
   }
   // In place: NCCL's in-place form sends from buf + rank·block.
   Ticket start_all_gather_bf16(uint16_t* buf, size_t block) override {
     return start_shard(kShardAllGather, block, [&] {
-      CHECK_NCCL(ncclAllGather(buf + static_cast<size_t>(rank_) * block, buf, block, ncclBfloat16, comm_, stream_));
+      CHECK_NCCL_TIMED("ncclAllGather", block,
+                       ncclAllGather(buf + static_cast<size_t>(rank_) * block, buf, block, ncclBfloat16, comm_,
+                                     stream_));
     });
   }
   // The kernels' stream waits for the newest started collective at or before `ticket`; the host

@@ -300,6 +300,51 @@ def test_a_failing_llmc_run_still_gives_the_report_and_fails_the_step(tmp_path):
     assert "FAILED: llm.c train_gpt2cu (bf16): 0 timed steps" in text
 
 
+def test_profile_mode_builds_the_step_alone_and_profiles_each_step(tmp_path):
+    """profile (issue 34): the packages and configure, a build of gpu_step_record alone, then per profiled step
+    (gpt2-124m, smollm2-135m; bf16, B=8, T=1024, 3 warm-up steps) the step under SFTDP_GPU_PROFILE and
+    gpu_cost.py's table: joined with the carried record where there is one, the measured tables alone where
+    not. All inside 270 s (under 5 minutes)."""
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "gpt2-124m.jsonl").write_text("{}\n")
+    p, _, verdicts, files = dry_run(tmp_path, "profile", limit=270, extra_env={"SFTDP_GPU_RECORDS": str(records)})
+    assert "profile) limit=270" in open(SCRIPT).read(), "the mode's own limit: under 5 minutes"
+    assert p.returncode == 0, p.stderr
+    steps = ["profile_gpt2-124m", "report_gpt2-124m", "profile_smollm2-135m", "report_smollm2-135m"]
+    assert list(verdicts) == PREPARE + steps and set(verdicts.values()) == {"ok"}
+    build = [line for line in files["build.log"].splitlines() if line.startswith("+ cmake --build")]
+    assert len(build) == 1 and build[0].endswith("--target gpu_step_record"), build
+    for name, keys in (("gpt2-124m", "model_name=gpt2-124m"), ("smollm2-135m", "model_name=smollm2-135m")):
+        run = files[f"profile_{name}.log"]
+        assert "SFTDP_GPU_PROFILE=" in run and f"/profile_{name}.jsonl" in run
+        assert "/bench/gpu_step_record --warmup 3" in run
+        for key in (keys, "global_batch_size=8", "max_target_length=1024", "dtype=bfloat16"):
+            assert key in run, (key, run)
+        report = files[f"report_{name}.log"]
+        assert "bench/gpu_cost.py --profile " in report and "--ops-csv " in report
+        if name == "gpt2-124m":
+            assert f"--record {records}/gpt2-124m.jsonl" in report
+        else:
+            assert "--no-record" in report
+
+
+def test_records_mode_records_the_profiled_steps_in_the_simulator(tmp_path):
+    """records (here, no GPU): a simulator build's gpu_step_record, then each profiled step recorded record-only
+    with the same warm-up, into the folder the profile mode's reports read; no archive, no results folder."""
+    env = dict(os.environ, SFTDP_GPU_CHECK_DRY="1", SFTDP_SIM_BUILD_DIR=str(tmp_path / "sim"),
+               SFTDP_GPU_RECORDS=str(tmp_path / "records"), OUT=str(tmp_path / "out"))
+    p = subprocess.run(["bash", SCRIPT, "records"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "-DSFTDP_CUDA_SIM=ON" in p.stdout and "--target gpu_step_record" in p.stdout
+    runs = [line for line in p.stdout.splitlines() if "/bench/gpu_step_record " in line]
+    assert len(runs) == 2
+    for run, name in zip(runs, ("gpt2-124m", "smollm2-135m")):
+        assert f"SFTDP_SIM_RECORD={tmp_path}/records/{name}.jsonl" in run and "SFTDP_SIM_RECORD_ONLY=1" in run
+        assert "--warmup 3" in run and f"model_name={name}" in run
+    assert not (tmp_path / "out").exists()
+
+
 def test_usage(tmp_path):
     p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "usage:" in p.stderr
