@@ -49,9 +49,11 @@ struct Preference {
   uint32_t align_a = 256, align_b = 256, align_c = 256, align_d = 256;
 };
 
-// What cublasLtMatmulAlgo_t carries: a tag, the configuration it was chosen for, the alignments it assumed.
+// What cublasLtMatmulAlgo_t carries: a tag, the configuration it was chosen for, the alignments it assumed;
+// trivial, so that it is memcpy'd in and out of the opaque struct.
 struct Algo {
-  uint64_t magic = 0x53696d416c676f32;  // "SimAlgo2"
+  static constexpr uint64_t kMagic = 0x53696d416c676f32;  // "SimAlgo2"
+  uint64_t magic;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
   int32_t ab_type, cd_type;
   uint32_t epilogue;
@@ -415,7 +417,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (e.uses_aux() && !md.aux) return CUBLAS_STATUS_NOT_SUPPORTED;
   Algo algo{};
-  algo.magic = Algo{}.magic;
+  algo.magic = Algo::kMagic;
   algo.align_a = p.align_a, algo.align_b = p.align_b, algo.align_c = p.align_c, algo.align_d = p.align_d;
   // What every batch entry keeps, as for A-D (null: 256, any alignment the pointer may have later).
   const int32_t batch = ld.batch;
@@ -480,7 +482,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   } operands[] = {
       {"matrix A", true, batch_alignment(A, g.a), static_cast<uint32_t>(elem_bytes(g.a.type))},
       {"matrix B", true, batch_alignment(B, g.b), static_cast<uint32_t>(elem_bytes(g.b.type))},
-      {"matrix C", g.beta != 0.f, batch_alignment(C, g.c), static_cast<uint32_t>(elem_bytes(g.c.type))},
+      {"matrix C", true, batch_alignment(C, g.c), static_cast<uint32_t>(elem_bytes(g.c.type))},
       {"matrix D", true, batch_alignment(D, g.d), static_cast<uint32_t>(elem_bytes(g.d.type))},
       {"the bias vector", g.bias != nullptr, batch_alignment(g.bias, batch, g.bias_stride, elem_bytes(g.bias_type)),
        static_cast<uint32_t>(elem_bytes(g.bias_type))},
@@ -497,7 +499,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (algo) {
     Algo al;
     std::memcpy(&al, algo, sizeof al);
-    if (al.magic != Algo{}.magic || al.ab_type != g.a.type || al.cd_type != g.d.type || al.epilogue != md.epilogue) {
+    if (al.magic != Algo::kMagic || al.ab_type != g.a.type || al.cd_type != g.d.type || al.epilogue != md.epilogue) {
       report("cublasLt",
              "cublasLtMatmul: the algorithm was not chosen by the heuristic for this configuration "
              "(epilogue, A/B or C/D type)");

@@ -3,9 +3,14 @@
 // heuristic, cublasLtMatmul on a stream), over both transposes, leading dimensions larger than the
 // rows, strided batches, beta != 0 out of place and in place, beta == 0 with a NaN C (never read),
 // the BIAS epilogue, and bf16 inputs (against sgemm on the same bf16-rounded values); fp32 results
-// within 1e-5 of Σ|a||b| per element (OpenBLAS sums in another order). Unsupported configurations are
-// CUBLAS_STATUS_NOT_SUPPORTED; data less aligned than the algorithm was chosen for, and matrices
-// outside device memory, are CUBLAS_STATUS_INVALID_VALUE with a report.
+// within 1e-5 of Σ|a||b| per element (OpenBLAS sums in another order). Then every epilogue (BIAS, GELU,
+// GELU_AUX, GELU_BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADA, BGRADB) and bf16 C/D against a double
+// reference written here: the aux matrix at its own leading dimension with its padding untouched, DGELU
+// reading it, bias gradients overwriting their vector, a bf16 result within half an ulp (rounded once, to
+// nearest). Unsupported configurations (undocumented type combinations and epilogue uses) are
+// CUBLAS_STATUS_NOT_SUPPORTED; data less aligned than the algorithm was chosen for, an algorithm run for
+// another epilogue or type, bad aux layouts, and operands outside device memory are
+// CUBLAS_STATUS_INVALID_VALUE with a report; a GELU_AUX_BIAS record line names its epilogue operands.
 #include <cblas.h>
 #include <gtest/gtest.h>
 
