@@ -7,7 +7,8 @@
 // GELU_AUX, GELU_BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADA, BGRADB) and bf16 C/D against a double
 // reference written here: the aux matrix at its own leading dimension with its padding untouched, DGELU
 // reading it, bias gradients overwriting their vector, a bf16 result within half an ulp (rounded once, to
-// nearest). Unsupported configurations (undocumented type combinations and epilogue uses) are
+// nearest); the fused GELU and DGELU equal the project's gelu_fwd/gelu_bwd kernels bit for bit.
+// Unsupported configurations (undocumented type combinations and epilogue uses) are
 // CUBLAS_STATUS_NOT_SUPPORTED; data less aligned than the algorithm was chosen for, an algorithm run for
 // another epilogue or type, bad aux layouts, and operands outside device memory are
 // CUBLAS_STATUS_INVALID_VALUE with a report; a GELU_AUX_BIAS record line names its epilogue operands.
@@ -27,6 +28,7 @@
 #include "common/test_util.h"
 #include "cudasim/memory.h"
 #include "cudasim/record.h"
+#include "kernels/gelu.h"
 #include "kernels/test_cuda_util.h"
 
 namespace sftdp::test {
@@ -579,8 +581,8 @@ TEST_F(SimCublasLtErrors, MatricesOutsideDeviceMemoryAreRejected) {
   EXPECT_REPORT("memcheck", "matrix B", "not device memory");
 }
 
-// ---- refusals of the epilogues and types -----------------------------------------------------------
-class SimCublasLtEpilogueErrors : public SimCublasLtErrors {
+// ---- epilogue calls: the project's GELU, refusals, records ------------------------------------------
+class SimCublasLtEpilogueCalls : public SimCublasLtErrors {
  protected:
   template <class V>
   void set(cublasLtMatmulDescAttributes_t attr, const V& value) {
@@ -620,7 +622,31 @@ class SimCublasLtEpilogueErrors : public SimCublasLtErrors {
   }
 };
 
-TEST_F(SimCublasLtEpilogueErrors, TypeCombinationsOutsideCublasLtMatmulsTableAreNotSupported) {
+// The fused GELU is the project's GELU kernel, bit for bit: GELU_AUX stores the product as GELU's input and
+// D = gelu_fwd(that input); DGELU's D = gelu_bwd(input = aux, dout = the product).
+TEST_F(SimCublasLtEpilogueCalls, FusedGeluIsTheProjectsGeluKernelBitForBit) {
+  constexpr int m = 16, n = 9, k = 13;  // AUX_LD = m, a multiple of 8: aux is packed like D
+  const auto a = layout(CUDA_R_32F, m, k), b = layout(CUDA_R_32F, k, n), d = layout(CUDA_R_32F, m, n);
+  const float* A = device_from(uniform(m * k, 21, -0.7f, 0.7f));
+  const float* B = device_from(uniform(k * n, 22, -0.7f, 0.7f));
+  float *product = device<float>(m * n), *D = device<float>(m * n), *aux = device<float>(m * n);
+  float* kernel = device<float>(m * n);
+  ASSERT_EQ(matmul(A, a, B, b, product, d), CUBLAS_STATUS_SUCCESS) << all_reports();
+  set_epilogue(CUBLASLT_EPILOGUE_GELU_AUX);
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{m});
+  ASSERT_EQ(matmul(A, a, B, b, D, d), CUBLAS_STATUS_SUCCESS) << all_reports();
+  cuda::gelu_fwd(kernel, aux, m * n, stream_);
+  EXPECT_TRUE(bitwise_equal(host(aux, m * n), host(product, m * n)));
+  EXPECT_TRUE(bitwise_equal(host(D, m * n), host(kernel, m * n)));
+  set_epilogue(CUBLASLT_EPILOGUE_DGELU);
+  ASSERT_EQ(matmul(A, a, B, b, D, d), CUBLAS_STATUS_SUCCESS) << all_reports();
+  cuda::gelu_bwd(kernel, aux, product, m * n, stream_);
+  EXPECT_TRUE(bitwise_equal(host(D, m * n), host(kernel, m * n)));
+  EXPECT_TRUE(sim::reports().empty()) << all_reports();
+}
+
+TEST_F(SimCublasLtEpilogueCalls, TypeCombinationsOutsideCublasLtMatmulsTableAreNotSupported) {
   const auto a32 = layout(CUDA_R_32F, 8, 8), a16 = layout(CUDA_R_16BF, 8, 8);
   const auto c32 = layout(CUDA_R_32F, 8, 8), c16 = layout(CUDA_R_16BF, 8, 8);
   // The table's rows for CUBLAS_COMPUTE_32F and fp32 scale that the simulator has (A/B -> C/D).
@@ -647,7 +673,7 @@ TEST_F(SimCublasLtEpilogueErrors, TypeCombinationsOutsideCublasLtMatmulsTableAre
   EXPECT_EQ(heuristic(a16, a16, c16), CUBLAS_STATUS_SUCCESS);
 }
 
-TEST_F(SimCublasLtEpilogueErrors, EpiloguesOnlyWhereTheyAreDocumented) {
+TEST_F(SimCublasLtEpilogueCalls, EpiloguesOnlyWhereTheyAreDocumented) {
   const auto l = layout(CUDA_R_32F, 8, 8);
   float* buf = device<float>(256);
   set_epilogue(CUBLASLT_EPILOGUE_RELU);  // one the simulator lacks
@@ -678,7 +704,7 @@ TEST_F(SimCublasLtEpilogueErrors, EpiloguesOnlyWhereTheyAreDocumented) {
   EXPECT_EQ(heuristic(l, l, l), CUBLAS_STATUS_NOT_SUPPORTED);
 }
 
-TEST_F(SimCublasLtEpilogueErrors, AuxLeadingDimensionStrideAndTypeAreChecked) {
+TEST_F(SimCublasLtEpilogueCalls, AuxLeadingDimensionStrideAndTypeAreChecked) {
   const auto a = layout(CUDA_R_16BF, 10, 4), b = layout(CUDA_R_16BF, 4, 6), d = layout(CUDA_R_16BF, 10, 6);
   float* buf = device<float>(256);
   set_epilogue(CUBLASLT_EPILOGUE_GELU_AUX);
@@ -711,7 +737,7 @@ TEST_F(SimCublasLtEpilogueErrors, AuxLeadingDimensionStrideAndTypeAreChecked) {
   EXPECT_EQ(heuristic(a, b, d), CUBLAS_STATUS_SUCCESS);
 }
 
-TEST_F(SimCublasLtEpilogueErrors, BiasGradientsOfBatchEntriesDoNotOverlap) {
+TEST_F(SimCublasLtEpilogueCalls, BiasGradientsOfBatchEntriesDoNotOverlap) {
   const auto l = layout(CUDA_R_32F, 8, 8);
   set_batch(l, 3, 64);
   set_epilogue(CUBLASLT_EPILOGUE_BGRADA);
@@ -721,7 +747,7 @@ TEST_F(SimCublasLtEpilogueErrors, BiasGradientsOfBatchEntriesDoNotOverlap) {
   EXPECT_EQ(heuristic(l, l, l), CUBLAS_STATUS_SUCCESS);
 }
 
-TEST_F(SimCublasLtEpilogueErrors, AnAlgorithmRunsOnlyWhatItWasChosenFor) {
+TEST_F(SimCublasLtEpilogueCalls, AnAlgorithmRunsOnlyWhatItWasChosenFor) {
   set_alignment(4);
   const auto l = layout(CUDA_R_32F, 8, 8);
   float* base = aligned_256(512);
@@ -750,7 +776,7 @@ TEST_F(SimCublasLtEpilogueErrors, AnAlgorithmRunsOnlyWhatItWasChosenFor) {
   EXPECT_REPORT("cublasLt", "not chosen by the heuristic for this configuration");
 }
 
-TEST_F(SimCublasLtEpilogueErrors, EpilogueOperandsAreWholeElementsInDeviceMemory) {
+TEST_F(SimCublasLtEpilogueCalls, EpilogueOperandsAreWholeElementsInDeviceMemory) {
   const auto l = layout(CUDA_R_32F, 8, 8);
   float* buf = device<float>(256);
   // A bias gradient may be planned before its vector exists, but not run without one.
@@ -774,11 +800,11 @@ TEST_F(SimCublasLtEpilogueErrors, EpilogueOperandsAreWholeElementsInDeviceMemory
 }
 
 // ---- record mode ------------------------------------------------------------------------------------
-class SimCublasLtRecord : public SimCublasLtEpilogueErrors {
+class SimCublasLtRecord : public SimCublasLtEpilogueCalls {
  protected:
   void TearDown() override {
     sim::set_record("", false);
-    SimCublasLtEpilogueErrors::TearDown();
+    SimCublasLtEpilogueCalls::TearDown();
   }
   TempDir dir_;
 };
