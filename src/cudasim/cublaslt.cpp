@@ -1,19 +1,23 @@
-// src/cudasim/cublaslt.cpp — the cuBLASLt subset sft-dp uses, written from cuBLASLt's documented
-// semantics: D = alpha·op(A)·op(B) + beta·C (+ bias[row] with CUBLASLT_EPILOGUE_BIAS) on column-major
-// matrices with leading dimensions and strided batches; A and B fp32 or bf16 (both the same), C and
-// D fp32, CUBLAS_COMPUTE_32F with fp32 scale (alpha, beta host pointers): products and sums in fp32,
-// over k in increasing order. beta == 0 never reads C. The heuristic returns one algorithm, which
-// remembers the alignments the preference allowed (default 256 bytes, as documented); running it on
-// data less aligned than that, or on ranges outside device memory, is CUBLAS_STATUS_INVALID_VALUE
-// with a report. Attributes the simulator lacks are CUBLAS_STATUS_NOT_SUPPORTED, never ignored.
-// Record mode (record.h): each queued matmul is a line (m, n, k, transposes, types, leading dimensions,
-// batch, epilogue, alpha, beta, operands); record-only queues it without its arithmetic.
+// src/cudasim/cublaslt.cpp — the cuBLASLt subset sft-dp uses, written from cuBLASLt's documentation
+// (cublasLt.h's comments are its text): descriptors, layouts, preferences, the heuristic and
+// cublasLtMatmul, whose arithmetic is cublaslt_math.cpp's. Column-major D = alpha·op(A)·op(B) + beta·C
+// with leading dimensions and strided batches, then the epilogue (DEFAULT, BIAS, GELU, GELU_AUX,
+// GELU_BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADA, BGRADB); CUBLAS_COMPUTE_32F with fp32 scale (alpha,
+// beta host pointers); A/B and C/D types as cublasLtMatmul's table of type combinations lists them for
+// that compute type: fp32/fp32, bf16/fp32, bf16/bf16. beta == 0 never reads C. Every configuration the
+// simulator lacks, or the documentation does not promise, is CUBLAS_STATUS_NOT_SUPPORTED from the
+// heuristic and from the matmul alike, never ignored; invalid values are CUBLAS_STATUS_INVALID_VALUE. The
+// heuristic returns one algorithm, which remembers the epilogue, the types and the alignments it was
+// chosen for (the preference's, default 256 bytes, and the bias and aux pointers'); running it on another
+// configuration, on less aligned data, or on ranges outside device memory is CUBLAS_STATUS_INVALID_VALUE
+// with a report. Record mode (record.h): each queued matmul is a "gemm" line; record-only skips its
+// arithmetic.
 #include <cublasLt.h>
 
 #include <cstring>
 #include <string>
-#include <vector>
 
+#include "cudasim/cublaslt_math.h"
 #include "cudasim/memory.h"
 #include "cudasim/record.h"
 #include "cudasim/runtime.h"
@@ -25,23 +29,17 @@ struct LtHandle {
   uint64_t magic = 0x4c7448616e646c65;  // "LtHandle"
 };
 
-struct Layout {
-  cudaDataType type = CUDA_R_32F;
-  uint64_t rows = 0, cols = 0;
-  int64_t ld = 0;
-  int32_t batch = 1;
-  int64_t stride = 0;
-  int32_t order = CUBLASLT_ORDER_COL;
-};
-
 struct MatmulDesc {
   int32_t compute = CUBLAS_COMPUTE_32F, scale = CUDA_R_32F;
   int32_t pointer_mode = CUBLASLT_POINTER_MODE_HOST;
   int32_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N, trans_c = CUBLAS_OP_N;
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;
+  void* bias = nullptr;    // the bias (read) or the bias gradient (written)
   int32_t bias_type = -1;  // -1: the type of D
   int64_t bias_batch_stride = 0;
+  void* aux = nullptr;  // GELU's input: written by GELU_AUX*, read by DGELU*
+  int64_t aux_ld = 0, aux_batch_stride = 0;
+  int32_t aux_type = -1;  // -1: the type of D
 };
 
 struct Preference {
@@ -51,11 +49,13 @@ struct Preference {
   uint32_t align_a = 256, align_b = 256, align_c = 256, align_d = 256;
 };
 
-// What cublasLtMatmulAlgo_t carries: a tag, and the alignments the heuristic assumed.
+// What cublasLtMatmulAlgo_t carries: a tag, the configuration it was chosen for, the alignments it assumed;
+// trivial, so that it is memcpy'd in and out of the opaque struct.
 struct Algo {
-  uint64_t magic = 0x53696d416c676f31;  // "SimAlgo1"
-  uint32_t align_a, align_b, align_c, align_d;
-  int32_t ab_type;
+  static constexpr uint64_t kMagic = 0x53696d416c676f32;  // "SimAlgo2"
+  uint64_t magic;
+  uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
+  int32_t ab_type, cd_type;
   uint32_t epilogue;
 };
 static_assert(sizeof(Algo) <= sizeof(cublasLtMatmulAlgo_t));
@@ -81,120 +81,137 @@ uint32_t alignment_of(const void* p) {
   while (al > 1 && a % al != 0) al >>= 1;
   return al;
 }
-uint32_t batch_alignment(const void* p, const Layout& l, size_t elem) {
+// The alignment every batch entry keeps: the first pointer's, and the batch stride's in bytes.
+uint32_t batch_alignment(const void* p, int32_t batch, int64_t stride, size_t elem) {
   uint32_t al = alignment_of(p);
-  if (l.batch > 1)
-    while (al > 1 && (static_cast<uint64_t>(l.stride) * elem) % al != 0) al >>= 1;
+  if (batch > 1)
+    while (al > 1 && (static_cast<uint64_t>(stride) * elem) % al != 0) al >>= 1;
   return al;
 }
-size_t elem_bytes(cudaDataType t) { return t == CUDA_R_16BF ? 2 : 4; }
+uint32_t batch_alignment(const void* p, const LtLayout& l) {
+  return batch_alignment(p, l.batch, l.stride, elem_bytes(l.type));
+}
 const char* type_name(cudaDataType t) { return t == CUDA_R_16BF ? "bf16" : t == CUDA_R_32F ? "fp32" : "other"; }
 
-// The one supported configuration, checked by the heuristic and by the matmul alike.
-cublasStatus_t check_config(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dl,
-                            std::string& why) {
-  if (d.compute != CUBLAS_COMPUTE_32F || d.scale != CUDA_R_32F)
+// "Bias vector elements are the same type as the elements of output matrix (Dtype)" unless
+// CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE says otherwise; the same for the bias gradient and the aux matrix.
+cudaDataType bias_type_of(const MatmulDesc& md, const LtLayout& d) {
+  return md.bias_type == -1 ? d.type : static_cast<cudaDataType>(md.bias_type);
+}
+cudaDataType aux_type_of(const MatmulDesc& md, const LtLayout& d) {
+  return md.aux_type == -1 ? d.type : static_cast<cudaDataType>(md.aux_type);
+}
+// The bias (gradient) vector's length: D's rows, except BGRADB's, which has D's columns.
+uint64_t bias_length(const Epilogue& e, const LtLayout& d) {
+  return e.bias_gradient == BiasGradient::cols_of_b ? d.cols : d.rows;
+}
+uint64_t k_of(const MatmulDesc& md, const LtLayout& a) { return md.trans_a != CUBLAS_OP_N ? a.rows : a.cols; }
+
+// The supported configurations, checked by the heuristic and by the matmul alike. `why` says what failed.
+cublasStatus_t check_config(const MatmulDesc& md, const LtLayout& a, const LtLayout& b, const LtLayout& c,
+                            const LtLayout& d, std::string& why) {
+  const Epilogue* e = find_epilogue(md.epilogue);
+  const bool ta = md.trans_a != CUBLAS_OP_N, tb = md.trans_b != CUBLAS_OP_N;
+  // -- what the simulator lacks, or cuBLASLt does not document: CUBLAS_STATUS_NOT_SUPPORTED
+  if (md.compute != CUBLAS_COMPUTE_32F || md.scale != CUDA_R_32F)
     why = "compute type other than CUBLAS_COMPUTE_32F/CUDA_R_32F";
-  else if (d.pointer_mode != CUBLASLT_POINTER_MODE_HOST)
+  else if (md.pointer_mode != CUBLASLT_POINTER_MODE_HOST)
     why = "alpha/beta not host pointers";
-  else if (d.trans_c != CUBLAS_OP_N)
+  else if (md.trans_c != CUBLAS_OP_N)
     why = "a transposed C";
-  else if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS)
-    why = "an epilogue other than BIAS";
-  else if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && d.bias_type != -1 && d.bias_type != CUDA_R_32F)
-    why = "a bias that is not fp32";
+  else if (!e)
+    why = "epilogue " + std::to_string(md.epilogue) +
+          " (the simulator has DEFAULT, BIAS, GELU, GELU_AUX, GELU_BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADA "
+          "and BGRADB)";
   else if (a.type != b.type || (a.type != CUDA_R_32F && a.type != CUDA_R_16BF))
     why = "A and B not both fp32 or both bf16";
-  else if (c.type != CUDA_R_32F || dl.type != CUDA_R_32F)
-    why = "C or D not fp32";
+  else if (c.type != d.type)
+    why = "C and D of different types (outside FP8, cublasLtMatmul's type table gives D the type of C)";
+  else if (c.type != CUDA_R_32F && c.type != CUDA_R_16BF)
+    why = "C and D neither fp32 nor bf16";
+  else if (a.type == CUDA_R_32F && c.type == CUDA_R_16BF)
+    // CUBLAS_COMPUTE_32F with fp32 scale lists Atype/Btype → Ctype 16BF → 16BF, 16BF → 32F, 32F → 32F (and
+    // 16F, 8I and complex rows the simulator lacks); fp32 inputs with a bf16 output are not among them.
+    why = "fp32 A and B with bf16 C and D (not a documented type combination)";
+  else if (e->uses_bias_pointer() && bias_type_of(md, d) != d.type)
+    // "Bias vector elements are the same type as the elements of output matrix (Dtype) with the following
+    // exceptions" (IMMA and FP8 kernels only); "Bias gradient vector elements are the same type as the output".
+    why = std::string("a bias of type ") + type_name(bias_type_of(md, d)) + " with D of type " + type_name(d.type);
   else if (a.order != CUBLASLT_ORDER_COL || b.order != CUBLASLT_ORDER_COL || c.order != CUBLASLT_ORDER_COL ||
-           dl.order != CUBLASLT_ORDER_COL)
+           d.order != CUBLASLT_ORDER_COL)
     why = "a memory order other than CUBLASLT_ORDER_COL";
+  else if (e->bias_gradient == BiasGradient::rows_of_a && ta)
+    // Not in cublasLt.h's enum text: NVIDIA's nvmath-python, which drives cuBLASLt, requires "'a' is in
+    // column-major layout" for BGRADA (example12_epilog_bgrada.py), i.e. op(A) = A.
+    why = "BGRADA with a transposed A (its kernels reduce a column-major, untransposed A)";
+  else if (e->bias_gradient == BiasGradient::cols_of_b && !tb)
+    // nvmath-python: "When the epilog is BGRADB, we transpose B internally and use transpose in the MM since
+    // this epilog requires B to be transposed" (matmulmod.py).
+    why = "BGRADB with B not transposed (its kernels need op(B) = Bᵀ)";
   if (!why.empty()) return CUBLAS_STATUS_NOT_SUPPORTED;
-  const bool ta = d.trans_a != CUBLAS_OP_N, tb = d.trans_b != CUBLAS_OP_N;
-  const uint64_t m = dl.rows, n = dl.cols, k = ta ? a.rows : a.cols;
+  // -- invalid values: CUBLAS_STATUS_INVALID_VALUE
+  const uint64_t m = d.rows, n = d.cols, k = k_of(md, a);
   if ((ta ? a.cols : a.rows) != m || (tb ? b.rows : b.cols) != n || (tb ? b.cols : b.rows) != k)
     why = "op(A), op(B) and D do not agree on m, n, k";
   else if (c.rows != m || c.cols != n)
     why = "C and D differ in shape";
   else if (a.ld < static_cast<int64_t>(a.rows) || b.ld < static_cast<int64_t>(b.rows) ||
-           c.ld < static_cast<int64_t>(c.rows) || dl.ld < static_cast<int64_t>(dl.rows))
+           c.ld < static_cast<int64_t>(c.rows) || d.ld < static_cast<int64_t>(d.rows))
     why = "a leading dimension below its row count";
-  else if (a.batch != dl.batch || b.batch != dl.batch || c.batch != dl.batch)
+  else if (a.batch != d.batch || b.batch != d.batch || c.batch != d.batch)
     why = "batch counts differ";
-  else if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && dl.batch > 1 && d.bias_batch_stride != 0)
-    why = "a batched bias";
+  if (!why.empty()) return CUBLAS_STATUS_INVALID_VALUE;
+  if (e->dgelu && k == 1) {
+    // nvmath-python refuses it ("K=1 is not supported by cuBLAS", epilog_protocol.py) after "Matrix
+    // multiplication may fail with "illegal memory access" for K=1 with DRELU and DGELU epilogs" (release notes).
+    why = "DGELU with k = 1";
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (e->uses_aux()) {
+    if (aux_type_of(md, d) != d.type)
+      // "GELU input matrix elements type is the same as the type of elements of the output matrix" (FP8
+      // aside); "If set for an unsupported matrix data, scale, and compute type combination, calling
+      // cublasLtMatmul() will return CUBLAS_INVALID_VALUE."
+      why = std::string("an aux matrix of type ") + type_name(aux_type_of(md, d)) + " with D of type " +
+            type_name(d.type);
+    else if (md.aux_ld < static_cast<int64_t>(m) || md.aux_ld % 8 != 0)
+      // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: "GELU input matrix leading dimension in elements ... Must be
+      // divisible by 8 and be no less than the number of rows in the output matrix."
+      why = "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD " + std::to_string(md.aux_ld) +
+            " (must be divisible by 8 and no less than D's " + std::to_string(m) + " rows)";
+    else if (d.batch > 1 && (md.aux_batch_stride < 0 || md.aux_batch_stride % 8 != 0))
+      // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: "GELU input matrix batch stride in elements ... Must be
+      // divisible by 8."
+      why = "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE " + std::to_string(md.aux_batch_stride) +
+            " (must be divisible by 8)";
+    else if (e->stores_aux && d.batch > 1 && md.aux_batch_stride < md.aux_ld * static_cast<int64_t>(n))
+      why = "aux matrices of batch entries that overlap (AUX_BATCH_STRIDE below AUX_LD·n)";
+  }
+  if (why.empty() && d.batch > 1 && e->uses_bias_pointer() && md.bias_batch_stride < 0)
+    why = "a negative CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE";
+  else if (why.empty() && d.batch > 1 && e->bias_gradient != BiasGradient::none &&
+           md.bias_batch_stride < static_cast<int64_t>(bias_length(*e, d)))
+    why = "bias gradients of batch entries that overlap (BIAS_BATCH_STRIDE below the vector's length)";
   return why.empty() ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 
-// Bytes from the first to one past the last element of a (batched) layout.
-size_t extent_bytes(const Layout& l) {
-  if (l.rows == 0 || l.cols == 0) return 0;
-  const uint64_t last = (l.cols - 1) * static_cast<uint64_t>(l.ld) + (l.rows - 1) +
-                        static_cast<uint64_t>(l.batch - 1) * static_cast<uint64_t>(l.stride);
-  return (last + 1) * elem_bytes(l.type);
+// Bytes from the first to one past the last element of a (batched) column-major matrix or vector.
+size_t extent_bytes(uint64_t rows, uint64_t cols, int64_t ld, int32_t batch, int64_t stride, cudaDataType type) {
+  if (rows == 0 || cols == 0) return 0;
+  const uint64_t last = (cols - 1) * static_cast<uint64_t>(ld) + (rows - 1) +
+                        static_cast<uint64_t>(batch - 1) * static_cast<uint64_t>(stride);
+  return (last + 1) * elem_bytes(type);
 }
+size_t extent_bytes(const LtLayout& l) { return extent_bytes(l.rows, l.cols, l.ld, l.batch, l.stride, l.type); }
 
-bool in_device_memory(const char* which, const void* p, size_t bytes) {
+bool in_device_memory(const std::string& what, const void* p, size_t bytes) {
   if (bytes == 0) return true;
   const auto a = memory().find(p, bytes);
   if (a && a->live) return true;
-  report("memcheck", std::string("cublasLtMatmul: matrix ") + which + " (" + std::to_string(bytes) + " bytes at " +
-                         memory().describe(p) + ") is not inside one live device allocation");
+  report("memcheck", "cublasLtMatmul: " + what + " (" + std::to_string(bytes) + " bytes at " + memory().describe(p) +
+                         ") is not inside one live device allocation");
   return false;
 }
-
-float load(const void* base, cudaDataType type, size_t i) {
-  if (type == CUDA_R_32F) return static_cast<const float*>(base)[i];
-  const uint32_t bits = uint32_t{static_cast<const uint16_t*>(base)[i]} << 16;  // bf16 -> fp32 is exact
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-struct Gemm {
-  Layout a, b, c, d;
-  bool ta = false, tb = false;
-  const void *A = nullptr, *B = nullptr;
-  const float* C = nullptr;
-  float* D = nullptr;
-  const float* bias = nullptr;
-  float alpha = 1, beta = 0;
-
-  void run() const {
-    const size_t m = d.rows, n = d.cols, k = ta ? a.rows : a.cols;
-    std::vector<float> opa(m * k), opb(k * n), acc(n);
-    for (int32_t batch = 0; batch < d.batch; ++batch) {
-      const size_t ea = elem_bytes(a.type);
-      const auto* Ab = static_cast<const char*>(A) + static_cast<size_t>(batch * a.stride) * ea;
-      const auto* Bb = static_cast<const char*>(B) + static_cast<size_t>(batch * b.stride) * ea;
-      // op(A) as [m][k] and op(B) as [k][n], row-major, fp32.
-      for (size_t i = 0; i < m; ++i)
-        for (size_t p = 0; p < k; ++p)
-          opa[i * k + p] = load(Ab, a.type, ta ? i * static_cast<size_t>(a.ld) + p : p * static_cast<size_t>(a.ld) + i);
-      for (size_t p = 0; p < k; ++p)
-        for (size_t j = 0; j < n; ++j)
-          opb[p * n + j] = load(Bb, b.type, tb ? p * static_cast<size_t>(b.ld) + j : j * static_cast<size_t>(b.ld) + p);
-      const float* Cb = C + static_cast<size_t>(batch * c.stride);
-      float* Db = D + static_cast<size_t>(batch * d.stride);
-      for (size_t i = 0; i < m; ++i) {
-        // Every D(i, j) sums its k products in increasing p, each product and sum rounded to fp32.
-        std::fill(acc.begin(), acc.end(), 0.f);
-        for (size_t p = 0; p < k; ++p) {
-          const float x = opa[i * k + p];
-          const float* row = &opb[p * n];
-          for (size_t j = 0; j < n; ++j) acc[j] += x * row[j];
-        }
-        for (size_t j = 0; j < n; ++j) {
-          float v = alpha * acc[j];
-          if (beta != 0.f) v += beta * Cb[j * static_cast<size_t>(c.ld) + i];
-          if (bias) v += bias[i];
-          Db[j * static_cast<size_t>(d.ld) + i] = v;
-        }
-      }
-    }
-  }
-};
 
 }  // namespace
 }  // namespace sftdp::sim
@@ -217,19 +234,19 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
   if (!layout) return CUBLAS_STATUS_INVALID_VALUE;
-  auto* l = new Layout;
+  auto* l = new LtLayout;
   l->type = type, l->rows = rows, l->cols = cols, l->ld = ld;
   *layout = reinterpret_cast<cublasLtMatrixLayout_t>(l);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  delete reinterpret_cast<Layout*>(layout);
+  delete reinterpret_cast<LtLayout*>(layout);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
                                                 const void* buf, size_t size) {
   if (!layout) return CUBLAS_STATUS_INVALID_VALUE;
-  Layout& l = *reinterpret_cast<Layout*>(layout);
+  LtLayout& l = *reinterpret_cast<LtLayout*>(layout);
   switch (attr) {
     case CUBLASLT_MATRIX_LAYOUT_TYPE: {
       uint32_t t = 0;
@@ -290,6 +307,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
       return set(d.bias_type, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
       return set(d.bias_batch_stride, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return set(d.aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return set(d.aux_ld, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
+      return set(d.aux_batch_stride, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+      return set(d.aux_type, buf, size);
     default:
       return CUBLAS_STATUS_NOT_SUPPORTED;
   }
@@ -299,14 +324,34 @@ cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc, cublasL
   if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
   const MatmulDesc& d = *reinterpret_cast<MatmulDesc*>(desc);
   switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
+      return get(d.compute, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
+      return get(d.scale, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE:
+      return get(d.pointer_mode, buf, size, written);
     case CUBLASLT_MATMUL_DESC_TRANSA:
       return get(d.trans_a, buf, size, written);
     case CUBLASLT_MATMUL_DESC_TRANSB:
       return get(d.trans_b, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_TRANSC:
+      return get(d.trans_c, buf, size, written);
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
       return get(d.epilogue, buf, size, written);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
       return get(d.bias, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      return get(d.bias_type, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
+      return get(d.bias_batch_stride, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return get(d.aux, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return get(d.aux_ld, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
+      return get(d.aux_batch_stride, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+      return get(d.aux_type, buf, size, written);
     default:
       return CUBLAS_STATUS_NOT_SUPPORTED;
   }
@@ -356,18 +401,30 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     return CUBLAS_STATUS_INVALID_VALUE;
   *returned = 0;
   const MatmulDesc& md = *reinterpret_cast<MatmulDesc*>(desc);
-  const Layout &la = *reinterpret_cast<Layout*>(a), &lb = *reinterpret_cast<Layout*>(b),
-               &lc = *reinterpret_cast<Layout*>(c), &ld = *reinterpret_cast<Layout*>(d);
+  const LtLayout &la = *reinterpret_cast<LtLayout*>(a), &lb = *reinterpret_cast<LtLayout*>(b),
+                 &lc = *reinterpret_cast<LtLayout*>(c), &ld = *reinterpret_cast<LtLayout*>(d);
   std::string why;
   if (const cublasStatus_t s = check_config(md, la, lb, lc, ld, why); s != CUBLAS_STATUS_SUCCESS) return s;
+  const Epilogue& e = *find_epilogue(md.epilogue);
   const Preference& p = *reinterpret_cast<Preference*>(pref);
-  // The BIAS epilogue reads the bias as packed fp32: one element of alignment at least.
-  if (md.epilogue == CUBLASLT_EPILOGUE_BIAS && (!md.bias || alignment_of(md.bias) < 4))
+  // The bias and aux pointers: "Routines that don't dereference this pointer, like
+  // cublasLtMatmulAlgoGetHeuristic() depend on its value to determine expected pointer alignment." A bias
+  // to add must be there and hold whole elements; a bias gradient may still be null (nvmath-python sets it
+  // after planning); an aux pointer may not (nvmath-python sets it to 0x1 "to bypass the cuBLAS check").
+  const size_t bias_elem = elem_bytes(bias_type_of(md, ld));
+  if (e.adds_bias && (!md.bias || alignment_of(md.bias) < bias_elem)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (e.bias_gradient != BiasGradient::none && md.bias && alignment_of(md.bias) < bias_elem)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (e.uses_aux() && !md.aux) return CUBLAS_STATUS_NOT_SUPPORTED;
   Algo algo{};
-  algo.magic = Algo{}.magic;
+  algo.magic = Algo::kMagic;
   algo.align_a = p.align_a, algo.align_b = p.align_b, algo.align_c = p.align_c, algo.align_d = p.align_d;
-  algo.ab_type = la.type;
+  // What every batch entry keeps, as for A-D (null: 256, any alignment the pointer may have later).
+  const int32_t batch = ld.batch;
+  algo.align_bias = e.uses_bias_pointer() ? batch_alignment(md.bias, batch, md.bias_batch_stride, bias_elem) : 1;
+  algo.align_aux =
+      e.uses_aux() ? batch_alignment(md.aux, batch, md.aux_batch_stride, elem_bytes(aux_type_of(md, ld))) : 1;
+  algo.ab_type = la.type, algo.cd_type = ld.type;
   algo.epilogue = md.epilogue;
   std::memset(&results[0], 0, sizeof results[0]);
   std::memcpy(&results[0].algo, &algo, sizeof algo);
@@ -386,46 +443,87 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!desc || !alpha || !beta || !a || !b || !c || !d) return CUBLAS_STATUS_INVALID_VALUE;
   const MatmulDesc& md = *reinterpret_cast<MatmulDesc*>(desc);
-  Gemm g;
-  g.a = *reinterpret_cast<Layout*>(a), g.b = *reinterpret_cast<Layout*>(b);
-  g.c = *reinterpret_cast<Layout*>(c), g.d = *reinterpret_cast<Layout*>(d);
+  LtProduct g;
+  g.a = *reinterpret_cast<LtLayout*>(a), g.b = *reinterpret_cast<LtLayout*>(b);
+  g.c = *reinterpret_cast<LtLayout*>(c), g.d = *reinterpret_cast<LtLayout*>(d);
   std::string why;
   if (const cublasStatus_t s = check_config(md, g.a, g.b, g.c, g.d, why); s != CUBLAS_STATUS_SUCCESS) {
     report("cublasLt", "cublasLtMatmul: " + why);
     return s;
   }
-  g.ta = md.trans_a != CUBLAS_OP_N, g.tb = md.trans_b != CUBLAS_OP_N;
+  const Epilogue& e = *find_epilogue(md.epilogue);
+  g.trans_a = md.trans_a != CUBLAS_OP_N, g.trans_b = md.trans_b != CUBLAS_OP_N;
   g.alpha = *static_cast<const float*>(alpha), g.beta = *static_cast<const float*>(beta);
-  g.A = A, g.B = B, g.C = static_cast<const float*>(C), g.D = static_cast<float*>(D);
-  g.bias = md.epilogue == CUBLASLT_EPILOGUE_BIAS ? static_cast<const float*>(md.bias) : nullptr;
-  const size_t ab = elem_bytes(g.a.type);
+  g.A = A, g.B = B, g.C = C, g.D = D;
+  g.epilogue = &e;
+  const int32_t batch = g.d.batch;
+  if (e.uses_bias_pointer()) {
+    g.bias = md.bias, g.bias_type = bias_type_of(md, g.d), g.bias_stride = batch > 1 ? md.bias_batch_stride : 0;
+    if (!g.bias) {
+      report("cublasLt",
+             std::string("cublasLtMatmul: the ") + e.name + " epilogue without CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
+  if (e.uses_aux()) {
+    g.aux = md.aux, g.aux_type = aux_type_of(md, g.d), g.aux_ld = md.aux_ld;
+    g.aux_stride = batch > 1 ? md.aux_batch_stride : 0;
+    if (!g.aux) {
+      report("cublasLt", std::string("cublasLtMatmul: the ") + e.name +
+                             " epilogue without CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
+  // Alignment of every operand over all batch entries, and what the algorithm was chosen for.
+  const struct {
+    const char* name;
+    bool used;
+    uint32_t have, element;
+  } operands[] = {
+      {"matrix A", true, batch_alignment(A, g.a), static_cast<uint32_t>(elem_bytes(g.a.type))},
+      {"matrix B", true, batch_alignment(B, g.b), static_cast<uint32_t>(elem_bytes(g.b.type))},
+      {"matrix C", true, batch_alignment(C, g.c), static_cast<uint32_t>(elem_bytes(g.c.type))},
+      {"matrix D", true, batch_alignment(D, g.d), static_cast<uint32_t>(elem_bytes(g.d.type))},
+      {"the bias vector", g.bias != nullptr, batch_alignment(g.bias, batch, g.bias_stride, elem_bytes(g.bias_type)),
+       static_cast<uint32_t>(elem_bytes(g.bias_type))},
+      {"the aux matrix", g.aux != nullptr, batch_alignment(g.aux, batch, g.aux_stride, elem_bytes(g.aux_type)),
+       static_cast<uint32_t>(elem_bytes(g.aux_type))},
+  };
+  // A GPU faults on an element it cannot load whole: the epilogue's vectors and matrices hold whole elements.
+  for (size_t i = 4; i < 6; ++i)
+    if (operands[i].used && operands[i].have < operands[i].element) {
+      report("cublasLt", std::string("cublasLtMatmul: ") + operands[i].name + " is " +
+                             std::to_string(operands[i].have) + "-byte aligned, less than one element");
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
   if (algo) {
     Algo al;
     std::memcpy(&al, algo, sizeof al);
-    if (al.magic != Algo{}.magic || al.ab_type != g.a.type || al.epilogue != md.epilogue) {
-      report("cublasLt", "cublasLtMatmul: the algorithm was not chosen by the heuristic for this configuration");
+    if (al.magic != Algo::kMagic || al.ab_type != g.a.type || al.cd_type != g.d.type || al.epilogue != md.epilogue) {
+      report("cublasLt",
+             "cublasLtMatmul: the algorithm was not chosen by the heuristic for this configuration "
+             "(epilogue, A/B or C/D type)");
       return CUBLAS_STATUS_INVALID_VALUE;
     }
     // An algorithm picked for more alignment than the data has may read out of place on a GPU.
-    const struct {
-      const char* name;
-      uint32_t have, need;
-    } checks[] = {{"A", batch_alignment(A, g.a, ab), al.align_a},
-                  {"B", batch_alignment(B, g.b, ab), al.align_b},
-                  {"C", batch_alignment(C, g.c, 4), al.align_c},
-                  {"D", batch_alignment(D, g.d, 4), al.align_d}};
-    for (const auto& ck : checks) {
-      if (ck.have < ck.need) {
-        report("cublasLt", std::string("cublasLtMatmul: matrix ") + ck.name + " is " + std::to_string(ck.have) +
-                               "-byte aligned, but the algorithm was chosen for " + std::to_string(ck.need));
+    const uint32_t chosen_for[] = {al.align_a, al.align_b, al.align_c, al.align_d, al.align_bias, al.align_aux};
+    for (size_t i = 0; i < 6; ++i) {
+      if (operands[i].used && operands[i].have < chosen_for[i]) {
+        report("cublasLt", std::string("cublasLtMatmul: ") + operands[i].name + " is " +
+                               std::to_string(operands[i].have) + "-byte aligned, but the algorithm was chosen for " +
+                               std::to_string(chosen_for[i]));
         return CUBLAS_STATUS_INVALID_VALUE;
       }
     }
   }
-  if (!in_device_memory("A", A, extent_bytes(g.a)) || !in_device_memory("B", B, extent_bytes(g.b)) ||
-      !in_device_memory("D", D, extent_bytes(g.d)) || (g.beta != 0.f && !in_device_memory("C", C, extent_bytes(g.c))) ||
-      (g.bias && !in_device_memory("bias", g.bias, g.d.rows * sizeof(float))) ||
-      (workspace_bytes > 0 && !in_device_memory("workspace", workspace, workspace_bytes)))
+  const size_t bias_bytes = g.bias ? extent_bytes(bias_length(e, g.d), 1, 1, batch, g.bias_stride, g.bias_type) : 0;
+  const size_t aux_bytes = g.aux ? extent_bytes(g.d.rows, g.d.cols, g.aux_ld, batch, g.aux_stride, g.aux_type) : 0;
+  if (!in_device_memory("matrix A", A, extent_bytes(g.a)) || !in_device_memory("matrix B", B, extent_bytes(g.b)) ||
+      !in_device_memory("matrix D", D, extent_bytes(g.d)) ||
+      (g.beta != 0.f && !in_device_memory("matrix C", C, extent_bytes(g.c))) ||
+      (g.bias && !in_device_memory("the bias vector", g.bias, bias_bytes)) ||
+      (g.aux && !in_device_memory("the aux matrix", g.aux, aux_bytes)) ||
+      (workspace_bytes > 0 && !in_device_memory("the workspace", workspace, workspace_bytes)))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (C == D && (g.c.ld != g.d.ld || g.c.stride != g.d.stride)) {
     report("cublasLt", "cublasLtMatmul: in place (C == D) with different C and D layouts");
@@ -435,16 +533,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (!s) return CUBLAS_STATUS_INVALID_VALUE;
   if (sticky_error(s->device()) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   if (g.d.rows == 0 || g.d.cols == 0) return CUBLAS_STATUS_SUCCESS;
-  const auto layout = [](const char* x, const Layout& l) {
+  const auto layout = [](const char* x, const LtLayout& l) {
     return std::string("\"") + x + "_type\":\"" + type_name(l.type) + "\",\"ld" + x + "\":" + std::to_string(l.ld) +
            ",\"stride_" + x + "\":" + std::to_string(l.stride);
   };
+  // The epilogue's own operands, only when it has them: the bias (read, or the bias gradient written) and
+  // the aux matrix (written by GELU_AUX*, read by DGELU*), with their types and layouts.
+  std::string epilogue_operands;
+  if (g.bias)
+    epilogue_operands += ",\"bias\":" + json_pointer(g.bias) + ",\"bias_type\":\"" + type_name(g.bias_type) +
+                         "\",\"stride_bias\":" + std::to_string(g.bias_stride);
+  if (g.aux)
+    epilogue_operands += ",\"aux\":" + json_pointer(g.aux) + ",\"aux_type\":\"" + type_name(g.aux_type) +
+                         "\",\"ldaux\":" + std::to_string(g.aux_ld) + ",\"stride_aux\":" + std::to_string(g.aux_stride);
   record_op("gemm", s,
             "\"m\":" + std::to_string(g.d.rows) + ",\"n\":" + std::to_string(g.d.cols) +
-                ",\"k\":" + std::to_string(g.ta ? g.a.rows : g.a.cols) + ",\"batch\":" + std::to_string(g.d.batch) +
-                ",\"trans_a\":" + (g.ta ? "true" : "false") + ",\"trans_b\":" + (g.tb ? "true" : "false") + "," +
-                layout("a", g.a) + "," + layout("b", g.b) + "," + layout("c", g.c) + "," + layout("d", g.d) +
-                ",\"epilogue\":\"" + (g.bias ? "bias" : "default") + "\",\"alpha\":" + json_number(g.alpha) +
+                ",\"k\":" + std::to_string(k_of(md, g.a)) + ",\"batch\":" + std::to_string(batch) +
+                ",\"trans_a\":" + (g.trans_a ? "true" : "false") + ",\"trans_b\":" + (g.trans_b ? "true" : "false") +
+                "," + layout("a", g.a) + "," + layout("b", g.b) + "," + layout("c", g.c) + "," + layout("d", g.d) +
+                ",\"epilogue\":\"" + e.name + "\"" + epilogue_operands + ",\"alpha\":" + json_number(g.alpha) +
                 ",\"beta\":" + json_number(g.beta) + ",\"A\":" + json_pointer(A) + ",\"B\":" + json_pointer(B) +
                 ",\"C\":" + json_pointer(C) + ",\"D\":" + json_pointer(D) +
                 ",\"workspace_bytes\":" + std::to_string(workspace_bytes));
