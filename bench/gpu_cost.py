@@ -325,10 +325,15 @@ def cost_gemm(r):
         raise SystemExit(f"gpu_cost: a GEMM with A {r['a_type']} and B {r['b_type']}")
     m, n, k, batch = r["m"], r["n"], r["k"], r["batch"]
     flops = 2 * m * n * k * batch
+    # A and B read, D written, C read when beta != 0 (in its own type), the epilogue's vector (a bias read, a
+    # bias gradient written: m elements, n for BGRADB) and aux matrix (m·n, written by GELU_AUX*, read by DGELU*).
     bytes_ = batch * (elem_bytes(r["a_type"]) * m * k + elem_bytes(r["b_type"]) * k * n
-                      + elem_bytes(r["d_type"]) * m * n * (2 if r["beta"] != 0 else 1))
-    if r["epilogue"] == "bias":
-        bytes_ += 4 * m
+                      + elem_bytes(r["d_type"]) * m * n
+                      + (elem_bytes(r.get("c_type", r["d_type"])) * m * n if r["beta"] != 0 else 0))
+    if "bias" in r:
+        bytes_ += batch * elem_bytes(r["bias_type"]) * (n if r["epilogue"] == "bgradb" else m)
+    if "aux" in r:
+        bytes_ += batch * elem_bytes(r["aux_type"]) * m * n
     peak = PEAK_BF16_TFLOPS if r["a_type"] == "bf16" else PEAK_FP32_TFLOPS
     return Item(f"cuBLASLt GEMM, {r['a_type']} inputs", "gemm_" + r["a_type"], flops, bytes_,
                 roofline_us(flops, bytes_, peak * GEMM_EFFICIENCY), LAUNCH_US,
