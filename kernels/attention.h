@@ -53,6 +53,21 @@ void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const 
                         const int32_t* seg, int B, int T, int NH, int KVH, int HS);
 }  // namespace sftdp::cpu
 
+// The bf16 activation path (kernels/act16.h): q, k, v, dO and O read as bf16 where they are (no copies), the
+// output and dqkv written as bf16 (one rounding each), D = Σ dO·O from the stored bf16 values; otherwise the
+// bf16 table's attention above (tensor cores for HS 16..128 in steps of 16, the CUDA-core kernels elsewhere).
+// The CPU twins make the same roundings (kernels/cpu/attention_bf16.cpp).
+namespace sftdp::cpu::act16 {
+void attention_fwd(uint16_t* out, float* lse,                // (B,T,NH·HS) bf16 ; (B,NH,T)
+                   const uint16_t* qkv, const int32_t* seg,    // (B,T,QKV) bf16 ; (B,T) or null
+                   int B, int T, int NH, int KVH, int HS);
+void attention_bwd(uint16_t* dqkv,                            // (B,T,QKV) bf16 =
+                   const uint16_t* dout, const uint16_t* qkv,  // (B,T,NH·HS) bf16 ; (B,T,QKV) bf16
+                   const uint16_t* out, const float* lse,      // (B,T,NH·HS) bf16 ; (B,NH,T): the forward's
+                   const int32_t* seg,                         // (B,T) or null
+                   int B, int T, int NH, int KVH, int HS);
+}  // namespace sftdp::cpu::act16
+
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
 #include <cuda_runtime.h>
 
@@ -78,4 +93,14 @@ void attention_tc_fwd(float* out, float* lse, const float* qkv, const int32_t* s
 void attention_tc_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                       const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
 }  // namespace sftdp::cuda
+namespace sftdp::cuda::act16 {  // the act16 twins, on `stream`
+void attention_fwd(uint16_t* out, float* lse,                // (B,T,NH·HS) bf16 ; (B,NH,T)
+                   const uint16_t* qkv, const int32_t* seg,    // (B,T,QKV) bf16 ; (B,T) or null
+                   int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+void attention_bwd(uint16_t* dqkv,                            // (B,T,QKV) bf16 =
+                   const uint16_t* dout, const uint16_t* qkv,  // (B,T,NH·HS) bf16 ; (B,T,QKV) bf16
+                   const uint16_t* out, const float* lse,      // (B,T,NH·HS) bf16 ; (B,NH,T): the forward's
+                   const int32_t* seg,                         // (B,T) or null
+                   int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+}  // namespace sftdp::cuda::act16
 #endif

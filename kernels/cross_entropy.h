@@ -16,6 +16,17 @@ void cross_entropy_fwd_bwd(float* sums,                                  // (2) 
                            int N, int V);
 }  // namespace sftdp::cpu
 
+// The bf16 activation path (kernels/act16.h): logits bf16 at row stride ld (>= V: the LM head pads V to a
+// multiple of 64), the softmax and the two sums in fp32/fp64 as the fp32 twin, dlogits = bf16(w·(p − onehot))
+// in place (dlogits may equal logits; columns V..ld untouched). At most two launches on the GPU.
+namespace sftdp::cpu::act16 {
+void cross_entropy_fwd_bwd(float* sums,                                  // (2) +=
+                           uint16_t* dlogits, const uint16_t* logits,    // (N,ld) bf16 = or null ; (N,ld) bf16
+                           int ld,                                       // row stride >= V
+                           const int32_t* targets, const float* weights,  // (N) (N)
+                           int N, int V);
+}  // namespace sftdp::cpu::act16
+
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
 #include <cuda_runtime.h>
 
@@ -29,4 +40,11 @@ void cross_entropy_fwd_bwd(float* sums,                                  // (2) 
                            const int32_t* targets, const float* weights,  // (N) (N)
                            int N, int V, cudaStream_t stream);
 }  // namespace sftdp::cuda
+namespace sftdp::cuda::act16 {  // the act16 twins, on `stream`
+void cross_entropy_fwd_bwd(float* sums,                                  // (2) +=
+                           uint16_t* dlogits, const uint16_t* logits,    // (N,ld) bf16 = or null ; (N,ld) bf16
+                           int ld,                                       // row stride >= V
+                           const int32_t* targets, const float* weights,  // (N) (N)
+                           int N, int V, cudaStream_t stream);
+}  // namespace sftdp::cuda::act16
 #endif

@@ -17,6 +17,12 @@ void scatter_rows(float* out,                                 // (N,C) listed ro
                   int n, int C);
 }  // namespace sftdp::cpu
 
+// The bf16 activation path (kernels/act16.h): the same copies of bf16 rows.
+namespace sftdp::cpu::act16 {
+void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C);   // (n,C) = ; (N,C) (n)
+void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C);  // (N,C) listed = ; (n,C)
+}  // namespace sftdp::cpu::act16
+
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
 #include <cuda_runtime.h>
 
@@ -26,4 +32,8 @@ namespace sftdp::cuda {
 void gather_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream);
 void scatter_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream);
 }  // namespace sftdp::cuda
+namespace sftdp::cuda::act16 {  // the act16 twins, on `stream`
+void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C, cudaStream_t stream);   // (n,C) = ; (N,C) (n)
+void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C, cudaStream_t stream);  // (N,C) listed = ; (n,C)
+}  // namespace sftdp::cuda::act16
 #endif

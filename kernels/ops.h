@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/act16.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
@@ -89,6 +90,27 @@ struct Ops {
   decltype(&cpu::lora_dropout) lora_dropout;
   decltype(&cpu::kv_append) kv_append;  // generation's key/value cache (src/generate)
   decltype(&cpu::kv_attention_fwd) kv_attention_fwd;
+  // --- the bf16 activation path (kernels/act16.h): the cuda-bf16 table's training step stores bf16 between
+  // these (Model's act16 path); the CPU table carries their CPU twins, for tests ---
+  struct Act16 {
+    decltype(&cpu::act16::layernorm_fwd) layernorm_fwd;
+    decltype(&cpu::act16::layernorm_bwd) layernorm_bwd;
+    decltype(&cpu::act16::rmsnorm_fwd) rmsnorm_fwd;
+    decltype(&cpu::act16::rmsnorm_bwd) rmsnorm_bwd;
+    decltype(&cpu::act16::qk_rmsnorm_fwd) qk_rmsnorm_fwd;
+    decltype(&cpu::act16::qk_rmsnorm_bwd) qk_rmsnorm_bwd;
+    decltype(&cpu::act16::rope_fwd) rope_fwd;
+    decltype(&cpu::act16::rope_bwd) rope_bwd;
+    decltype(&cpu::act16::swiglu_fwd) swiglu_fwd;
+    decltype(&cpu::act16::swiglu_bwd) swiglu_bwd;
+    decltype(&cpu::act16::attention_fwd) attention_fwd;
+    decltype(&cpu::act16::attention_bwd) attention_bwd;
+    decltype(&cpu::act16::linear_fwd) linear_fwd;
+    decltype(&cpu::act16::linear_bwd) linear_bwd;
+    decltype(&cpu::act16::cross_entropy_fwd_bwd) cross_entropy_fwd_bwd;
+    decltype(&cpu::act16::gather_rows) gather_rows;
+    decltype(&cpu::act16::scatter_rows) scatter_rows;
+  } act16;
   // --- sizes ---
   // Bytes of working memory the kernels above keep for themselves (grow-only, beside the buffers
   // their callers allocate) at this shape, an estimate from above: what the memory plan counts as

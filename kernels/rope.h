@@ -22,6 +22,17 @@ void rope_bwd(float* dqkv,                                         // (B,T,QKV) 
               int B, int T, int NH, int KVH, int HS);
 }  // namespace sftdp::cpu
 
+// The bf16 activation path (kernels/act16.h): the fp32 twins' rotation on widened bf16 values, each result
+// rounded to bf16 in place.
+namespace sftdp::cpu::act16 {
+void rope_fwd(uint16_t* qkv,                                       // (B,T,QKV) bf16, in place
+              const int32_t* positions, const float* inv_freq,      // (B,T) or null; (HS/2)
+              int B, int T, int NH, int KVH, int HS);
+void rope_bwd(uint16_t* dqkv,                                      // (B,T,QKV) bf16, in place
+              const int32_t* positions, const float* inv_freq,      // (B,T) or null; (HS/2)
+              int B, int T, int NH, int KVH, int HS);
+}  // namespace sftdp::cpu::act16
+
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
 #include <cuda_runtime.h>
 // The CUDA twins (kernels/cuda/<op>.cu): same arguments, all pointers in device memory, plus
@@ -32,4 +43,12 @@ void rope_fwd(float* qkv, const int32_t* positions, const float* inv_freq, int B
 void rope_bwd(float* dqkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH,
               int KVH, int HS, cudaStream_t stream);
 }  // namespace sftdp::cuda
+namespace sftdp::cuda::act16 {  // the act16 twins, on `stream`
+void rope_fwd(uint16_t* qkv,                                       // (B,T,QKV) bf16, in place
+              const int32_t* positions, const float* inv_freq,      // (B,T) or null; (HS/2)
+              int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+void rope_bwd(uint16_t* dqkv,                                      // (B,T,QKV) bf16, in place
+              const int32_t* positions, const float* inv_freq,      // (B,T) or null; (HS/2)
+              int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+}  // namespace sftdp::cuda::act16
 #endif

@@ -84,6 +84,7 @@ const Ops& cpu_ops() {
       .lora_dropout = cpu::lora_dropout,
       .kv_append = cpu::kv_append,
       .kv_attention_fwd = cpu::kv_attention_fwd,
+      .act16 = {},  // filled as the act16 twins land (kernels/act16.h)
       .scratch_bytes = host_scratch_bytes,
   };
   return ops;

@@ -126,6 +126,7 @@ constexpr Ops make_cuda_ops() {
       .lora_dropout = on_stream<&cpu::lora_dropout, &cuda::lora_dropout>(),
       .kv_append = on_stream<&cpu::kv_append, &cuda::kv_append>(),
       .kv_attention_fwd = on_stream<&cpu::kv_attention_fwd, &cuda::kv_attention_fwd>(),
+      .act16 = {},  // filled as the act16 twins land (kernels/act16.h)
       .scratch_bytes = &cuda::scratch_bytes<inputs>,
   };
 }
