@@ -5,14 +5,18 @@
 // single-threaded cblas_sgemm per block. One thread pool instead of two (OpenBLAS's pthreads
 // spinning against libgomp's cost 5-10x on 2 cores), and the bits never depend on the thread
 // count. OpenBLAS reports nothing on bad arguments, so every call is checked first.
-// matmul_fwd_naive is the plain fp64-accumulating reference the tests trust.
+// matmul_fwd_naive is the plain fp64-accumulating reference the tests trust. act16::linear_fwd / linear_bwd: the
+// bf16 activation path's twins (kernels/act16.h): bf16 widened into fp32 copies, the weight rounded to bf16 as the
+// GPU's mirror holds it, the same sgemm, the epilogue's additions in cuBLASLt's order, one rounding per stored value.
 #include "kernels/matmul.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/sgemm.h"
+#include "kernels/gelu.h"
 #include "sftdp/check.h"
 
 namespace sftdp::cpu {
@@ -66,5 +70,92 @@ void matmul_fwd_naive(float* out, const float* inp, const float* weight, const f
     }
   }
 }
+
+namespace act16 {
+
+namespace {
+using ::sftdp::act16::to_bf16;
+using ::sftdp::act16::to_float;
+
+// A bf16 matrix (rows × cols at row stride ld) widened to a contiguous fp32 one.
+std::vector<float> widen(const uint16_t* p, size_t rows, size_t cols, size_t ld) {
+  std::vector<float> out(rows * cols);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) out[r * cols + c] = to_float(p[r * ld + c]);
+  return out;
+}
+
+// What the GPU's GEMMs read for an fp32 parameter: its bf16 copy.
+std::vector<float> rounded(const float* p, size_t n) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = to_float(to_bf16(p[i]));
+  return out;
+}
+}  // namespace
+
+void linear_fwd(void* out, int ldo, uint16_t* pre_gelu, const float* residual, const uint16_t* inp,
+                const float* weight, const float* bias, int N, int IC, int OC, ::sftdp::act16::LinearOut kind) {
+  using ::sftdp::act16::LinearOut;
+  SFTDP_ASSERT(N >= 0 && IC > 0 && OC > 0 && ldo >= OC, "act16::linear_fwd: bad sizes");
+  SFTDP_ASSERT((kind == LinearOut::kBf16Gelu) == (pre_gelu != nullptr), "act16::linear_fwd: pre_gelu with GELU only");
+  SFTDP_ASSERT((kind == LinearOut::kFp32Residual) == (residual != nullptr),
+               "act16::linear_fwd: a residual with kFp32Residual only");
+  if (N == 0) return;
+  const size_t n = static_cast<size_t>(N), oc = static_cast<size_t>(OC);
+  const std::vector<float> x = widen(inp, n, IC, IC), w = rounded(weight, oc * IC);
+  std::vector<float> z(n * oc);
+  parallel_sgemm(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, x.data(), IC, w.data(), IC, 0.0f, z.data(), OC);
+  if (kind == LinearOut::kFp32Residual) {  // (acc + residual) + bias, the epilogue's order
+    float* o = static_cast<float*>(out);
+    for (size_t r = 0; r < n; ++r)
+      for (size_t c = 0; c < oc; ++c) {
+        const float v = z[r * oc + c] + residual[r * ldo + c];
+        o[r * ldo + c] = bias ? v + bias[c] : v;
+      }
+    return;
+  }
+  const std::vector<float> b = bias ? rounded(bias, oc) : std::vector<float>();  // bf16 D: a bf16 bias
+  for (size_t r = 0; r < n; ++r)
+    for (size_t c = 0; c < oc; ++c)
+      if (bias) z[r * oc + c] += b[c];
+  uint16_t* o = static_cast<uint16_t*>(out);
+  if (kind == LinearOut::kBf16Gelu) {
+    std::vector<float> g(z.size());
+    gelu_fwd(g.data(), z.data(), z.size());
+    for (size_t i = 0; i < z.size(); ++i) pre_gelu[i] = to_bf16(z[i]);
+    z.swap(g);
+  }
+  for (size_t r = 0; r < n; ++r)
+    for (size_t c = 0; c < oc; ++c) o[r * ldo + c] = to_bf16(z[r * oc + c]);
+}
+
+void linear_bwd(uint16_t* dinp, const uint16_t* pre_gelu, float* dweight, float* dbias, const uint16_t* dout,
+                int ld_dout, const uint16_t* inp, const float* weight, int N, int IC, int OC) {
+  SFTDP_ASSERT(N >= 0 && IC > 0 && OC > 0 && ld_dout >= OC, "act16::linear_bwd: bad sizes");
+  SFTDP_ASSERT(!dbias || dweight, "act16::linear_bwd: a bias gradient without its weight's");
+  if (N == 0) return;
+  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC), oc = static_cast<size_t>(OC);
+  const std::vector<float> g = widen(dout, n, oc, ld_dout), w = rounded(weight, oc * ic);
+  std::vector<float> d(n * ic);
+  parallel_sgemm(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, g.data(), OC, w.data(), IC, 0.0f, d.data(), IC);
+  if (pre_gelu) {
+    const std::vector<float> pre = widen(pre_gelu, n, ic, ic);
+    std::vector<float> dg(d.size());
+    gelu_bwd(dg.data(), pre.data(), d.data(), d.size());
+    d.swap(dg);
+  }
+  for (size_t i = 0; i < d.size(); ++i) dinp[i] = to_bf16(d[i]);
+  if (!dweight) return;
+  const std::vector<float> x = widen(inp, n, ic, ic);
+  parallel_sgemm(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, g.data(), OC, x.data(), IC, 1.0f, dweight, IC);
+  if (!dbias) return;
+  for (size_t c = 0; c < oc; ++c) {
+    float acc = 0.f;  // the column's sum, added once (as the GPU adds its GEMM's bias gradient)
+    for (size_t r = 0; r < n; ++r) acc += g[r * oc + c];
+    dbias[c] += acc;
+  }
+}
+
+}  // namespace act16
 
 }  // namespace sftdp::cpu

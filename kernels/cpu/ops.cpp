@@ -84,7 +84,11 @@ const Ops& cpu_ops() {
       .lora_dropout = cpu::lora_dropout,
       .kv_append = cpu::kv_append,
       .kv_attention_fwd = cpu::kv_attention_fwd,
-      .act16 = {},  // filled as the act16 twins land (kernels/act16.h)
+      .act16 =  // the bf16 activation path's CPU twins (kernels/act16.h), filled as they land
+          {
+              .linear_fwd = cpu::act16::linear_fwd,
+              .linear_bwd = cpu::act16::linear_bwd,
+          },
       .scratch_bytes = host_scratch_bytes,
   };
   return ops;

@@ -55,6 +55,9 @@ enum class Scratch : int {
   kGemmA16,           // gemm.cu: bf16 copy of the first GEMM input
   kGemmB16,           // gemm.cu: bf16 copy of the second GEMM input
   kGemmDout16,        // matmul.cu: bf16 copy of dout, read by both backward GEMMs
+  kGemmBias16,        // gemm.cu: bf16 copy of a bias that has no mirror (act16: a bf16 D's epilogue)
+  kGemmEpilogue,      // gemm.cu: fp32 product of an act16 GEMM whose epilogue no algorithm takes
+  kGemmBiasGrad,      // matmul.cu: the bias gradient BGRADB writes (act16::linear_bwd), then added
   kAttnDelta,         // attention.cu, attention_tc.cu: D per (b, h, t), backward
   kAttnQkv16,         // attention_tc.cu: bf16 copy of q, k, v
   kAttnDout16,        // attention_tc.cu: bf16 copy of dO, backward

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/cast.cuh"
 #include "kernels/bf16.h"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/gemm.cuh"
 
 namespace sftdp::cuda {
@@ -49,7 +50,8 @@ uint32_t batch_alignment(const void* p, int64_t stride_elems, size_t elem_bytes,
   return alignment;
 }
 
-// One column-major cuBLASLt call: D = alpha·op(a)·op(b) + beta·C, D = C in place.
+// One column-major cuBLASLt call: D = epilogue(alpha·op(a)·op(b) + beta·C). gemm() runs it with C = D in place
+// (fp32); gemm16() with C an fp32 input of its own (or none), D fp32 or bf16, and one of the act16 epilogues.
 struct LtCall {
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;
@@ -59,41 +61,54 @@ struct LtCall {
   const void* b = nullptr;
   int ldb = 0;
   int64_t stride_b = 0;
-  float* c = nullptr;
+  const void* c = nullptr;
   int ldc = 0;
   int64_t stride_c = 0;
+  void* d = nullptr;
+  int ldd = 0;
   int batch = 1;
-  cudaDataType_t ab_type = CUDA_R_32F;
+  cudaDataType_t ab_type = CUDA_R_32F, d_type = CUDA_R_32F;  // C has D's type (cuBLASLt's type table)
   float alpha = 1.f, beta = 0.f;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // BIAS, GELU_AUX_BIAS: read; BGRADB: written. D's type
+  void* aux = nullptr;         // GELU_AUX_BIAS: written; DGELU: read. D's type, m×n at ld_aux
+  int ld_aux = 0;
 };
 
 // The descriptors of one call, destroyed with it.
 struct LtDescs {
   cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  LtDescs(const LtCall& call, const float* epilogue_bias) {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  explicit LtDescs(const LtCall& call) {
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = call.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = call.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (epilogue_bias) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_type = CUDA_R_32F;
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue_bias,
-                                                  sizeof(epilogue_bias)));
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                  sizeof(bias_type)));
+    if (call.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE, call.epilogue);
+      if (call.bias) {
+        set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+        set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, call.d_type);
+      }
+      if (call.aux) {
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, call.aux);
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(call.ld_aux));
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, call.d_type);
+      }
     }
     a = layout(call.ab_type, call.trans_a ? call.k : call.m, call.trans_a ? call.m : call.k, call.lda,
                call.batch, call.stride_a);
     b = layout(call.ab_type, call.trans_b ? call.n : call.k, call.trans_b ? call.k : call.n, call.ldb,
                call.batch, call.stride_b);
-    c = layout(CUDA_R_32F, call.m, call.n, call.ldc, call.batch, call.stride_c);
+    // No C (beta 0) or C in place: C's layout is D's.
+    c = layout(call.d_type, call.m, call.n, call.c && call.c != call.d ? call.ldc : call.ldd, call.batch,
+               call.stride_c);
+    d = layout(call.d_type, call.m, call.n, call.ldd, call.batch, call.stride_c);
   }
   ~LtDescs() {
     // Destroying descriptors cannot fail in a way we could act on; keep the destructor nothrow.
+    (void)cublasLtMatrixLayoutDestroy(d);
     (void)cublasLtMatrixLayoutDestroy(c);
     (void)cublasLtMatrixLayoutDestroy(b);
     (void)cublasLtMatrixLayoutDestroy(a);
@@ -101,6 +116,11 @@ struct LtDescs {
   }
   LtDescs(const LtDescs&) = delete;
   LtDescs& operator=(const LtDescs&) = delete;
+
+  template <class T>
+  void set(cublasLtMatmulDescAttributes_t attr, const T& value) {
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, attr, &value, sizeof(value)));
+  }
 
   static cublasLtMatrixLayout_t layout(cudaDataType_t type, int rows, int cols, int ld, int batch,
                                        int64_t stride) {
@@ -116,31 +136,34 @@ struct LtDescs {
   }
 };
 
-using AlgoKey = std::array<int64_t, 19>;
+using AlgoKey = std::array<int64_t, 26>;
 struct CachedAlgo {
   bool found = false;
   cublasLtMatmulAlgo_t algo{};
 };
 
+size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
+
 struct Alignments {
-  uint32_t a, b, c;
+  uint32_t a, b, c, d;
 };
 Alignments alignments_of(const LtCall& call) {
-  const size_t ab_bytes = call.ab_type == CUDA_R_16BF ? 2 : 4;
-  return {batch_alignment(call.a, call.stride_a, ab_bytes, call.batch),
-          batch_alignment(call.b, call.stride_b, ab_bytes, call.batch),
-          batch_alignment(call.c, call.stride_c, sizeof(float), call.batch)};
+  const size_t ab = type_bytes(call.ab_type), cd = type_bytes(call.d_type);
+  return {batch_alignment(call.a, call.stride_a, ab, call.batch), batch_alignment(call.b, call.stride_b, ab, call.batch),
+          call.c ? batch_alignment(call.c, call.stride_c, cd, call.batch) : 256u,
+          batch_alignment(call.d, call.stride_c, cd, call.batch)};
 }
 
-// epilogue_bias: the fused bias pointer, or null. Its alignment is part of the key: the heuristic
-// sees the pointer in the descriptor, so an algorithm chosen for a 256-byte-aligned bias is not
-// reused for one that is only 16-byte aligned.
-AlgoKey key_of(const LtCall& call, const float* epilogue_bias) {
+// Everything the heuristic sees: shape, leading dimensions, types, the epilogue, and every pointer's alignment,
+// the bias's and aux's included (the heuristic reads the pointers in the descriptor, so an algorithm chosen for a
+// 256-byte-aligned one is not reused for one that is only 16-byte aligned).
+AlgoKey key_of(const LtCall& call) {
   const Alignments al = alignments_of(call);
-  const int64_t bias_alignment = epilogue_bias ? alignment_of(epilogue_bias) : 0;
-  return {call.trans_a, call.trans_b, call.m, call.n, call.k, call.lda, call.ldb, call.ldc,
+  return {call.trans_a, call.trans_b, call.m, call.n, call.k, call.lda, call.ldb, call.ldc, call.ldd,
           call.stride_a, call.stride_b, call.stride_c, call.batch, static_cast<int64_t>(call.ab_type),
-          epilogue_bias != nullptr, bias_alignment, al.a, al.b, al.c, static_cast<int64_t>(kWorkspaceBytes)};
+          static_cast<int64_t>(call.d_type), static_cast<int64_t>(call.epilogue), call.c == call.d,
+          call.bias ? alignment_of(call.bias) : 0, call.aux ? alignment_of(call.aux) : 0, call.ld_aux,
+          al.a, al.b, al.c, al.d, call.beta != 0.f, static_cast<int64_t>(kWorkspaceBytes)};
 }
 
 // The heuristic's first choice for this call, cached (the heuristic is deterministic, so the cache
@@ -148,10 +171,12 @@ AlgoKey key_of(const LtCall& call, const float* epilogue_bias) {
 // GPU-CHECK: bitwise run-to-run reproducibility rests on cuBLASLt's own guarantee for a fixed
 // algorithm (its split-K reduction schemes are ordered: INPLACE serialises with counters, the others
 // reduce in a separate pass). The CUDA model test "three steps bitwise twice" checks it; should it
-// fail, set CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK to CUBLASLT_REDUCTION_SCHEME_NONE here.
-const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs, const float* epilogue_bias) {
+// fail, set CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK to CUBLASLT_REDUCTION_SCHEME_NONE here. The act16
+// path's BGRADB epilogue (the bias gradient reduced inside the weight-gradient GEMM) rests on the same
+// guarantee: kBiasGradientInGemm in matmul.cu turns it off.
+const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs) {
   static std::map<AlgoKey, CachedAlgo> cache;
-  const AlgoKey key = key_of(call, epilogue_bias);
+  const AlgoKey key = key_of(call);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   cublasLtMatmulPreference_t pref = nullptr;
   CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -165,12 +190,12 @@ const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs, const float
                                                     sizeof(al.b)));
   CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al.c,
                                                     sizeof(al.c)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al.c,
-                                                    sizeof(al.c)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al.d,
+                                                    sizeof(al.d)));
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_handle(), descs.op, descs.a, descs.b, descs.c,
-                                                               descs.c, pref, 1, &result, &returned);
+                                                               descs.d, pref, 1, &result, &returned);
   CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
   // NOT_SUPPORTED means "no algorithm for this configuration": the caller falls back or reports.
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) CHECK_CUBLAS(status);
@@ -178,6 +203,27 @@ const CachedAlgo& algo_for(const LtCall& call, const LtDescs& descs, const float
   entry.found = status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (entry.found) entry.algo = result.algo;
   return entry;
+}
+
+// The shape fields of a profiled matmul (profile.cuh), named as the simulator's record names them; built
+// only inside a profile window.
+std::string profile_detail(const LtCall& call) {
+  if (!profile::active()) return {};
+  return "\"m\":" + std::to_string(call.m) + ",\"n\":" + std::to_string(call.n) + ",\"k\":" + std::to_string(call.k) +
+         ",\"batch\":" + std::to_string(call.batch);
+}
+
+// Runs the call with the heuristic's algorithm; false (nothing queued) when there is none for it.
+bool run(const LtCall& call, cudaStream_t stream) {
+  LtDescs descs(call);
+  const CachedAlgo& algo = algo_for(call, descs);
+  if (!algo.found) return false;
+  void* workspace = scratch(Scratch::kGemmWorkspace, kWorkspaceBytes);
+  const profile::Scope timed(stream, "gemm", "cublasLtMatmul", __FILE__, __LINE__, profile_detail(call));
+  CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b, &call.beta,
+                              call.c ? call.c : call.d, descs.c, call.d, descs.d, &algo.algo, workspace,
+                              kWorkspaceBytes, stream));
+  return true;
 }
 
 // C[i·ldc + j] += bias[j] for the row-major C[M,N] of gemm().
@@ -238,12 +284,82 @@ const __nv_bfloat16* to_bf16(Scratch slot, const void* src, int rows, int cols, 
   return dst;
 }
 
-// The shape fields of a profiled matmul (profile.cuh), named as the simulator's record names them; built
-// only inside a profile window.
-std::string profile_detail(const LtCall& call) {
-  if (!profile::active()) return {};
-  return "\"m\":" + std::to_string(call.m) + ",\"n\":" + std::to_string(call.n) + ",\"k\":" + std::to_string(call.k) +
-         ",\"batch\":" + std::to_string(call.batch);
+// The act16 GEMM's BGRADB: off, the bias gradient is summed by row_sums_bf16 instead (a second read of dout).
+// GPU-CHECK: cuBLASLt's BGRADB reduction must be bitwise run to run (the model's "bitwise twice" tests).
+constexpr bool kBiasGradientInGemm = true;
+
+// An act16 GEMM operand as the column-major call reads it: bf16 in place, or an fp32 parameter's bf16 mirror (a
+// rounded copy into `slot` if none); *ld gets the leading dimension of what is returned.
+const void* operand_bf16(Scratch slot, const Gemm16Operand& op, int rows, int cols, cudaStream_t stream, int* ld) {
+  if (op.bf16) {
+    *ld = op.ld;
+    return op.p;
+  }
+  *ld = padded_ld(op.ld);
+  return to_bf16(slot, op.p, rows, cols, op.ld, stream);
+}
+
+// The bf16 copy of the fp32 vector v[0, n) (a bias, for a bf16 D's epilogue): inside the model's mirror of the
+// parameters, else rounded into scratch.
+const __nv_bfloat16* vector_bf16(const float* v, int n, cudaStream_t stream) {
+  for (const Mirror& m : g_mirrors) {
+    if (m.ld != 0 || !m.n || v < m.src || static_cast<size_t>(v - m.src) + n > m.n) continue;
+    return m.copy + (v - m.src);
+  }
+  auto* copy = scratch_as<__nv_bfloat16>(Scratch::kGemmBias16, static_cast<size_t>(n));
+  cast_fp32_to_bf16(copy, n, v, n, n, 1, stream);
+  return copy;
+}
+
+// out[i] = Σ_k A[k·ld + i] for i < M, k ascending, fp32: the row sums of op(A) = Aᵀ of a bf16 [K, M] matrix.
+__global__ void column_sums_bf16_kernel(float* out, const __nv_bfloat16* A, int ld, int M, int K) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= M) return;
+  float acc = 0.f;
+  for (int k = 0; k < K; ++k) acc += __bfloat162float(A[static_cast<size_t>(k) * ld + i]);
+  out[i] = acc;
+}
+
+void row_sums_bf16(float* out, const Gemm16Operand& A, int M, int K, cudaStream_t stream) {
+  SFTDP_ASSERT(A.bf16, "gemm16: row sums of an fp32 operand");
+  constexpr int kBlock = 256;
+  SFTDP_LAUNCH(column_sums_bf16_kernel, static_cast<unsigned>(ceil_div(M, kBlock)), kBlock, 0, stream, out,
+               static_cast<const __nv_bfloat16*>(A.p), A.ld, M, K);
+  CHECK_LAUNCH();
+}
+
+// The act16 epilogues on z (fp32 [M,N], row stride N), into a bf16 D, as cuBLASLt computes them:
+//   kBias: D = bf16(z + bias)     kGeluAuxBias: v = z + bias, aux = bf16(v), D = bf16(gelu(v))
+//   kDgelu: D = bf16(z·gelu'(aux))
+// bias: bf16 (D's type; null: none). gelu and gelu': kernels/cuda/gelu.cu's expressions (cuBLASLt's GELU is the
+// tanh form; the simulator's equals gelu.cu bit for bit).
+__global__ void epilogue_bf16_kernel(int kind, const float* z, const __nv_bfloat16* bias, __nv_bfloat16* aux,
+                                     int ld_aux, __nv_bfloat16* D, int ldd, int M, int N) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= N) return;
+  for (int i = blockIdx.y; i < M; i += gridDim.y) {
+    const size_t row = static_cast<size_t>(i);
+    float v = z[row * N + j];
+    if (kind == Gemm16Epilogue::kDgelu) {
+      D[row * ldd + j] = __float2bfloat16_rn(v * gelu_grad(__bfloat162float(aux[row * ld_aux + j])));
+      continue;
+    }
+    if (bias) v += __bfloat162float(bias[j]);
+    if (kind == Gemm16Epilogue::kGeluAuxBias) {
+      aux[row * ld_aux + j] = __float2bfloat16_rn(v);
+      v = gelu(v);
+    }
+    D[row * ldd + j] = __float2bfloat16_rn(v);
+  }
+}
+
+void apply_epilogue(Gemm16Epilogue::Kind kind, const float* z, const __nv_bfloat16* bias, uint16_t* aux, int ld_aux,
+                    __nv_bfloat16* D, int ldd, int M, int N, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  const dim3 grid(static_cast<unsigned>(ceil_div(N, kBlock)), static_cast<unsigned>(M < 65535 ? M : 65535));
+  SFTDP_LAUNCH(epilogue_bf16_kernel, grid, kBlock, 0, stream, static_cast<int>(kind), z, bias,
+               reinterpret_cast<__nv_bfloat16*>(aux), ld_aux, D, ldd, M, N);
+  CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -289,6 +405,8 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   call.c = C;
   call.ldc = ldc;
   call.stride_c = batch.stride_c;
+  call.d = C;  // in place
+  call.ldd = ldc;
   call.batch = batch.count;
   call.alpha = alpha;
   call.beta = beta;
@@ -301,28 +419,14 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
                      call.ldb, stream);
     call.ldb = padded_ld(call.ldb);
   }
-
-  void* workspace = scratch(Scratch::kGemmWorkspace, kWorkspaceBytes);
   if (bias && alignment_of(bias) >= 16) {
-    LtDescs descs(call, bias);
-    const CachedAlgo& fused = algo_for(call, descs, bias);
-    if (fused.found) {
-      const profile::Scope timed(stream, "gemm", "cublasLtMatmul", __FILE__, __LINE__, profile_detail(call));
-      CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b,
-                                  &call.beta, call.c, descs.c, call.c, descs.c, &fused.algo, workspace,
-                                  kWorkspaceBytes, stream));
-      return;
-    }
+    LtCall fused = call;
+    fused.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    fused.bias = bias;
+    if (run(fused, stream)) return;
     // No algorithm fuses this bias: plain GEMM, then the bias kernel below.
   }
-  LtDescs descs(call, nullptr);
-  const CachedAlgo* algo = &algo_for(call, descs, nullptr);
-  SFTDP_ASSERT(algo->found, shape() + ": cuBLASLt has no algorithm for this shape/alignment");
-  {
-    const profile::Scope timed(stream, "gemm", "cublasLtMatmul", __FILE__, __LINE__, profile_detail(call));
-    CHECK_CUBLAS(cublasLtMatmul(lt_handle(), descs.op, &call.alpha, call.a, descs.a, call.b, descs.b, &call.beta,
-                                call.c, descs.c, call.c, descs.c, &algo->algo, workspace, kWorkspaceBytes, stream));
-  }
+  SFTDP_ASSERT(run(call, stream), shape() + ": cuBLASLt has no algorithm for this shape/alignment");
   if (bias) {
     // Biases at < 16-byte-aligned offsets of the flat parameter buffer (or shapes with no fused
     // algorithm) come here; tests/kernels/test_cuda_gemm_vs_cpu.cpp reaches it with a bias one
@@ -332,6 +436,89 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
                  N, ldc);
     CHECK_LAUNCH();
   }
+}
+
+void gemm16(bool trans_a, bool trans_b, int M, int N, int K, Gemm16Operand A, Gemm16Operand B, float beta,
+            const float* C, int ldc, void* D, bool d_bf16, int ldd, const Gemm16Epilogue& ep, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  const auto shape = [&] {
+    return "gemm16 M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  };
+  SFTDP_ASSERT(M > 0 && N > 0 && K > 0, shape() + ": sizes must be positive");
+  SFTDP_ASSERT(A.ld >= (trans_a ? M : K) && B.ld >= (trans_b ? K : N) && ldd >= N && (beta == 0.f || ldc >= N),
+               shape() + ": a leading dimension is smaller than its row");
+  SFTDP_ASSERT(beta == 0.f || (C && !d_bf16), shape() + ": C is read with an fp32 D only");
+  SFTDP_ASSERT(!ep.a_row_sums || (trans_a && !d_bf16), shape() + ": row sums of op(A) need trans_a and fp32 D");
+  const bool bf16_epilogue = ep.kind == Gemm16Epilogue::kGeluAuxBias || ep.kind == Gemm16Epilogue::kDgelu;
+  SFTDP_ASSERT(!bf16_epilogue || (d_bf16 && ep.aux && ep.ld_aux >= N && beta == 0.f),
+               shape() + ": GELU epilogues need a bf16 D, its aux matrix and no C");
+
+  // Row-major D = op(A)·op(B)  <=>  column-major Dᵀ = op(B)ᵀ·op(A)ᵀ: B comes first.
+  LtCall call;
+  call.trans_a = trans_b, call.trans_b = trans_a;
+  call.m = N, call.n = M, call.k = K;
+  call.ab_type = CUDA_R_16BF;
+  call.a = operand_bf16(Scratch::kGemmA16, B, call.trans_a ? call.k : call.m, call.trans_a ? call.m : call.k, stream,
+                        &call.lda);
+  call.b = operand_bf16(Scratch::kGemmB16, A, call.trans_b ? call.n : call.k, call.trans_b ? call.k : call.n, stream,
+                        &call.ldb);
+  call.beta = beta;
+  call.c = beta != 0.f ? C : nullptr;
+  call.ldc = ldc;
+  call.d = D, call.ldd = ldd;
+  call.d_type = d_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+
+  const bool has_bias = ep.bias && (ep.kind == Gemm16Epilogue::kBias || ep.kind == Gemm16Epilogue::kGeluAuxBias);
+  // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD "must be divisible by 8": other aux matrices take the epilogue kernel.
+  const bool aux_fusable = ep.ld_aux % 8 == 0;
+  const void* bias = nullptr;
+  if (has_bias) bias = d_bf16 ? static_cast<const void*>(vector_bf16(ep.bias, N, stream)) : ep.bias;
+  LtCall fused = call;
+  switch (ep.kind) {
+    case Gemm16Epilogue::kNone:
+      break;
+    case Gemm16Epilogue::kBias:
+      if (has_bias) fused.epilogue = CUBLASLT_EPILOGUE_BIAS, fused.bias = bias;
+      break;
+    case Gemm16Epilogue::kGeluAuxBias:
+      fused.epilogue = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      fused.bias = bias, fused.aux = ep.aux, fused.ld_aux = ep.ld_aux;
+      break;
+    case Gemm16Epilogue::kDgelu:
+      fused.epilogue = CUBLASLT_EPILOGUE_DGELU, fused.aux = ep.aux, fused.ld_aux = ep.ld_aux;
+      break;
+  }
+  const bool epilogue_kernel_only = bf16_epilogue && !aux_fusable;
+  // The row sums of op(A) are the column-major call's BGRADB (the sums of op(B)ᵀ's columns, one per column of D),
+  // which overwrites its vector: the caller's scratch, added where it belongs by the caller.
+  if (ep.a_row_sums && fused.epilogue == CUBLASLT_EPILOGUE_DEFAULT && kBiasGradientInGemm)
+    fused.epilogue = CUBLASLT_EPILOGUE_BGRADB, fused.bias = ep.a_row_sums;
+  if (fused.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {  // nothing to fuse
+    SFTDP_ASSERT(run(call, stream), shape() + ": cuBLASLt has no algorithm for this shape/alignment");
+    if (ep.a_row_sums) row_sums_bf16(ep.a_row_sums, A, M, K, stream);
+    return;
+  }
+  if (!epilogue_kernel_only && run(fused, stream)) return;
+  // No algorithm takes the epilogue (an aux leading dimension that is not a multiple of 8, an unaligned bias, or a
+  // library without one): the plain GEMM, then the epilogue's arithmetic in a kernel (for a bf16 D: into fp32
+  // scratch first), rounding where cuBLASLt rounds.
+  if (!d_bf16) {
+    SFTDP_ASSERT(run(call, stream), shape() + ": cuBLASLt has no algorithm for this shape/alignment");
+    if (has_bias) {  // fp32 D: D = (acc + C) + bias, as the epilogue adds
+      constexpr int kBlock = 256;
+      SFTDP_LAUNCH(add_bias_kernel, elementwise_blocks(static_cast<size_t>(M) * N, kBlock), kBlock, 0, stream,
+                   static_cast<float*>(D), ep.bias, M, N, ldd);
+      CHECK_LAUNCH();
+    }
+    if (ep.a_row_sums) row_sums_bf16(ep.a_row_sums, A, M, K, stream);
+    return;
+  }
+  LtCall plain = call;
+  float* z = scratch_as<float>(Scratch::kGemmEpilogue, static_cast<size_t>(M) * N);
+  plain.d = z, plain.ldd = N, plain.d_type = CUDA_R_32F;
+  SFTDP_ASSERT(run(plain, stream), shape() + ": cuBLASLt has no algorithm for this shape/alignment");
+  apply_epilogue(ep.kind, z, static_cast<const __nv_bfloat16*>(bias), ep.aux, ep.ld_aux, static_cast<__nv_bfloat16*>(D),
+                 ldd, M, N, stream);
 }
 
 }  // namespace sftdp::cuda

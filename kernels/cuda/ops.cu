@@ -126,7 +126,11 @@ constexpr Ops make_cuda_ops() {
       .lora_dropout = on_stream<&cpu::lora_dropout, &cuda::lora_dropout>(),
       .kv_append = on_stream<&cpu::kv_append, &cuda::kv_append>(),
       .kv_attention_fwd = on_stream<&cpu::kv_attention_fwd, &cuda::kv_attention_fwd>(),
-      .act16 = {},  // filled as the act16 twins land (kernels/act16.h)
+      .act16 =  // the bf16 activation path (kernels/act16.h), filled as its twins land
+          {
+              .linear_fwd = on_stream<&cpu::act16::linear_fwd, &cuda::act16::linear_fwd>(),
+              .linear_bwd = on_stream<&cpu::act16::linear_bwd, &cuda::act16::linear_bwd>(),
+          },
       .scratch_bytes = &cuda::scratch_bytes<inputs>,
   };
 }
