@@ -162,6 +162,17 @@ KERNELS = {
     # gemm.cu: the bias when cuBLASLt's epilogue cannot take it
     "add_bias_kernel": K("gemm.cu", "C bias M N ldc", "memory", lambda a: a.M * a.N,
                          lambda a: 8 * a.M * a.N + F4 * a.N),
+    # gemm.cu, the act16 GEMM's fallbacks: the epilogue on the fp32 product z (read) into a bf16 D (written), with
+    # the bf16 bias (GELU_AUX_BIAS also writes aux; DGELU reads it); kind 3 is DGELU (Gemm16Epilogue::Kind)
+    "epilogue_bf16_kernel": K("gemm.cu", "kind z bias aux ld_aux D ldd M N", "memory",
+                              lambda a: 30 * a.M * a.N,
+                              lambda a: a.M * a.N * (F4 + 2 + (2 if a.kind >= 2 else 0))
+                              + (0 if a.null("bias") else 2 * a.N)),
+    # the row sums of op(A) of a bf16 [K, M] matrix when BGRADB is off or refused: A read once, M sums written
+    "column_sums_bf16_kernel": K("gemm.cu", "out A ld M K", "memory", lambda a: a.M * a.K,
+                                 lambda a: 2 * a.M * a.K + F4 * a.M),
+    # matmul.cu: a bias gradient (from the GEMM's BGRADB, in scratch) added to its sums
+    "add_vector_kernel": K("matmul.cu", "dst src n", "memory", lambda a: a.n, lambda a: 3 * F4 * a.n),
     # encoder.cu: gather of wte (and wpe) rows; backward adds each bucket's rows of dout into its table row
     "encoder_fwd_kernel": K("encoder.cu", "out inp pos wte wpe T C total", "memory",
                             lambda a: 0 if a.null("wpe") else a.total,

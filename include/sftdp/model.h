@@ -275,6 +275,12 @@ class Model {
 
   bool remat() const { return remat_; }
   bool bf16_activations() const { return bf16_acts_; }
+  // The bf16 activation path (kernels/act16.h; issue 34): with bf16 activations on the bf16-GEMM table and no
+  // LoRA, the families store every activation that only GEMMs and attention read as bf16 and run the fused
+  // act16 kernels (the residual add and GPT-2's GELU in the GEMMs' epilogues, each norm's backward one kernel,
+  // the LM head's logits bf16 at a padded stride); the residual stream, its gradient and every gradient sum stay
+  // fp32. Remat works as without. LoRA keeps the path above (fp32 activations, bf16-rounded GEMM inputs).
+  bool act16() const { return act16_; }
   // On the bf16-GEMM table, each pass rounds the parameters to a bf16 copy once and the GEMMs read it
   // (and the bf16 activation copies) in place instead of rounding their inputs again (kernels/bf16.h's
   // bf16_mirror): bitwise the same results. false: every GEMM rounds its own inputs (for tests).
@@ -289,6 +295,11 @@ class Model {
   size_t remat_saved_bytes() const { return remat_saved_bytes_; }
   // Chunk logits of at most 128 MiB (fp32), at least 256 rows, at most max_B·T rows.
   static int default_head_chunk_rows(int V, int max_rows);
+  // The act16 path's chunk: at most 1 GiB of bf16 logits at the padded stride, at least 256 rows, at most max_B·T
+  // rows: one chunk (one head-weight-gradient GEMM per micro-step) for GPT-2's V at B·T <= 10672.
+  static int default_head_chunk_rows16(int V, int max_rows);
+  // The act16 path's logits row stride: V rounded up to a multiple of 64 (whole 128-byte rows of bf16).
+  static int padded_vocab(int V) { return (V + 63) / 64 * 64; }
 
  protected:
   // The micro-batch on the device, shared by both families' passes. The head's positions (weight
@@ -332,6 +343,7 @@ class Model {
   void mirror(int slot, const float* src, const uint16_t* copy, size_t n) const;
   // n bf16 values (their 16 bits) of activation storage, counted in activation_bytes().
   uint16_t* alloc_acts_bf16(size_t n);
+  uint16_t* alloc_bf16(size_t n);  // n bf16 values the model owns, not counted as activations
   // The family's forward pass for B rows from params_ and io_, up to hidden_ (the final norm's
   // output, the LM head's input).
   virtual void run_forward(int B) = 0;
@@ -364,6 +376,11 @@ class Model {
   float* hidden_ = nullptr;
   float* dhidden_ = nullptr;
   size_t head_ = 0;
+  // The act16 path: hidden16_ (max_B·T, C) bf16 (the final norm's output) and dhidden16_ (max_B·T, C) bf16, what
+  // the head hands backward; then hidden_ and dhidden_ are null.
+  bool act16_ = false;
+  uint16_t* hidden16_ = nullptr;
+  uint16_t* dhidden16_ = nullptr;
 
  private:
   struct Adapter {
@@ -413,10 +430,14 @@ class Model {
   // Host staging of the gathered positions, sized max_B·T once (no per-step allocation).
   std::vector<int32_t> host_active_, host_targets_;
   std::vector<float> host_weights_;
-  // The head's chunk buffers: gathered hidden rows, their logits (dlogits in place), d rows.
+  // The head's chunk buffers: gathered hidden rows, their logits (dlogits in place), d rows; on the act16 path their
+  // bf16 twins (logits at row stride padded_vocab(V)).
   float *head_x_ = nullptr, *head_logits_ = nullptr, *head_dx_ = nullptr;
+  uint16_t *head_x16_ = nullptr, *head_logits16_ = nullptr, *head_dx16_ = nullptr;
   int head_rows_ = 0;
   bool every_row_ = false;
+  bool all_active_ = false;  // the micro-batch weights every position: the head reads hidden in place
+  void run_head16(float* sums, bool backward, int B);  // run_head on the act16 path
 };
 
 // What make_model(d, ops, max_B, T, remat, bf16_activations) would allocate on ops's device, found
@@ -455,15 +476,23 @@ class Gpt2 final : public Model {
 
  private:
   struct Acts;
+  struct Acts16;
   void run_forward(int B) override;
   void run_backward(int B) override;
   // Block l's forward from its input (the embedding's or block l-1's output); with
   // through_output = false it stops before the MLP's output projection (what backward needs).
   void block_forward(int l, int B, bool through_output);
+  // The same on the act16 path (src/model/gpt2_act16.cpp).
+  void make_acts16();
+  void destroy_acts16();
+  void block_forward16(int l, int B, bool through_output);
+  void run_forward16(int B);
+  void run_backward16(int B);
   // Offsets (in floats) of the tensors the passes touch, looked up by name once, not per pass.
   std::vector<std::array<size_t, 12>> layer_offsets_;  // per layer: ln_1 w,b, qkv w,b, proj w,b, ln_2 w,b, fc w,b, mlp.proj w,b
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   Acts* acts_ = nullptr;
+  Acts16* acts16_ = nullptr;
 };
 
 class Llama final : public Model {
@@ -474,13 +503,22 @@ class Llama final : public Model {
 
  private:
   struct Acts;
+  struct Acts16;
   void run_forward(int B) override;
   void run_backward(int B) override;
   void block_forward(int l, int B, bool through_output);  // as Gpt2's
+  // The same on the act16 path (src/model/llama_act16.cpp).
+  void make_acts16();
+  void destroy_acts16();
+  void block_forward16(int l, int B, bool through_output);
+  void run_forward16(int B);
+  void run_backward16(int B);
   // Per layer: ln_1, qkv w, qkv b, q_norm, k_norm, proj, ln_2, fc, mlp.proj (absent: SIZE_MAX).
   std::vector<std::array<size_t, 9>> layer_offsets_;
   size_t wte_ = 0, lnf_ = 0;
+  float* inv_freq_ = nullptr;  // (HS/2): RoPE's inverse frequencies, a constant table
   Acts* acts_ = nullptr;
+  Acts16* acts16_ = nullptr;
 };
 
 }  // namespace sftdp::model

@@ -3,6 +3,7 @@
 // The passes stop at ln_f: Model runs the LM head (tied to wte) and the cross-entropy on the loss
 // SUM between them (model.cpp) and hands backward d(loss sum)/d ln_f in scratch_btc; gradient sums
 // accumulate (+=).
+// The act16 path (bf16 activations on the bf16-GEMM table, sftdp/model.h's act16()): src/model/gpt2_act16.cpp.
 // remat: every layer's activations but residual3 (its output, the next block's input) are one set
 // of buffers all layers share. Forward overwrites them block by block; backward re-runs block l's
 // forward up to fch_gelu (block_forward(l, B, false)) right before block l's backward, for every l
@@ -22,6 +23,7 @@
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "sftdp/check.h"
+#include "model/gpt2_layer.h"
 #include "sftdp/model.h"
 
 namespace sftdp::model {
@@ -61,6 +63,11 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool re
       layer_offsets_[l][k] = layout_.find("h." + std::to_string(l) + "." + kLayerTensors[k]).offset;
   wte_ = layout_.find("wte").offset, wpe_ = layout_.find("wpe").offset;
   lnf_w_ = layout_.find("ln_f.weight").offset, lnf_b_ = layout_.find("ln_f.bias").offset;
+  head_ = wte_;  // LM head tied to wte, no bias
+  if (act16_) {
+    make_acts16();
+    return;
+  }
   acts_ = new Acts();
   auto& a = *acts_;
   const size_t N = size_t(max_B) * T, C = d.C, F = d.F, lse = size_t(max_B) * d.NH * T;
@@ -99,19 +106,10 @@ Gpt2::Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool re
   hidden_ = a.lnf, dhidden_ = a.scratch_btc, head_ = wte_;  // LM head tied to wte, no bias
 }
 
-Gpt2::~Gpt2() { delete acts_; }  // device memory: Model's
-
-namespace {
-struct LayerParams {
-  const float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-};
-// at(offset): where the tensor at that offset is now (Model::param or base_grad: null under LoRA).
-template <class At>
-LayerParams layer_params(const std::array<size_t, 12>& off, At at) {
-  return {at(off[0]), at(off[1]), at(off[2]), at(off[3]), at(off[4]),  at(off[5]),
-          at(off[6]), at(off[7]), at(off[8]), at(off[9]), at(off[10]), at(off[11])};
+Gpt2::~Gpt2() {  // device memory: Model's
+  delete acts_;
+  destroy_acts16();
 }
-}  // namespace
 
 void Gpt2::block_forward(int l, int B, bool through_output) {
   auto& a = *acts_;
@@ -142,6 +140,7 @@ void Gpt2::block_forward(int l, int B, bool through_output) {
 }
 
 void Gpt2::run_forward(int B) {
+  if (acts16_) return run_forward16(B);
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, N = B * T;
@@ -156,6 +155,7 @@ void Gpt2::run_forward(int B) {
 }
 
 void Gpt2::run_backward(int B) {
+  if (acts16_) return run_backward16(B);
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, N = B * T;

@@ -13,22 +13,17 @@
 // writes the shared buffers and scratch_btc only; scratch_btc is free then (the previous block's
 // last rmsnorm_bwd, or rmsnorm_f's backward, consumed it) and dresidual is never touched.
 // bf16 activations: as GPT-2's (gpt2.cpp), for ln1, ln2 and fch_act (atty stays fp32: attention's
-// backward reads it).
+// backward reads it). The act16 path (sftdp/model.h's act16()): src/model/llama_act16.cpp.
 #include <algorithm>
 #include <climits>
 
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
+#include "model/llama_layer.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
 
 namespace sftdp::model {
-
-namespace {
-// Indices into Llama::layer_offsets_.
-enum LayerTensor { kLn1, kQkvW, kQkvB, kQNorm, kKNorm, kProj, kLn2, kFc, kMlpProj, kLayerTensors };
-constexpr size_t kAbsent = SIZE_MAX;
-}  // namespace
 
 // Activations for max_B rows, in device memory. Per layer: what backward needs again (remat: all
 // layers' pointers but residual3 alias layer 0's).
@@ -53,7 +48,6 @@ struct Llama::Acts {
   float *dresidual;                // (N,C)
   float *dfch, *dact;              // (N,2F) (N,F)
   float *dqkv, *dqkv_raw;          // (N,QKV) (N,QKV)
-  float *inv_freq;                 // (HS/2)
 };
 
 Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
@@ -80,6 +74,14 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool 
   }
   wte_ = layout_.find("wte").offset;
   lnf_ = layout_.find("ln_f.weight").offset;
+  head_ = d.tied ? wte_ : layout_.find("lm_head.weight").offset;
+  const auto inv_freq = rope_inv_freq(d);
+  inv_freq_ = alloc_floats(inv_freq.size());  // a constant table, not an activation
+  ops_.to_device(inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float));
+  if (act16_) {
+    make_acts16();
+    return;
+  }
 
   acts_ = new Acts();
   auto& a = *acts_;
@@ -120,27 +122,13 @@ Llama::Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool 
   a.scratch_btc = f(N * C), a.scratch_bta = f(N * A), a.dresidual = f(N * C);
   a.dfch = f(N * 2 * F), a.dact = f(N * F);
   a.dqkv = f(N * QKV), a.dqkv_raw = d.qk_norm ? f(N * QKV) : nullptr;
-  const auto inv_freq = rope_inv_freq(d);
-  a.inv_freq = alloc_floats(inv_freq.size());  // a constant table, not an activation
-  ops_.to_device(a.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float));
   hidden_ = a.lnf, dhidden_ = a.scratch_btc;
-  head_ = d.tied ? wte_ : layout_.find("lm_head.weight").offset;
 }
 
-Llama::~Llama() { delete acts_; }  // device memory: Model's
-
-namespace {
-// A layer's tensors at base + offset (null when the family variant has none).
-struct LayerPtrs {
-  float *ln1, *qkvw, *qkvb, *qnorm, *knorm, *proj, *ln2, *fc, *mlpproj;
-};
-// where(offset): where the tensor at that offset is now (Model::param or base_grad: null under LoRA).
-template <class Where>
-LayerPtrs layer_ptrs(const std::array<size_t, kLayerTensors>& off, Where where) {
-  auto at = [&](int k) -> float* { return off[k] == kAbsent ? nullptr : where(off[k]); };
-  return {at(kLn1), at(kQkvW), at(kQkvB), at(kQNorm), at(kKNorm), at(kProj), at(kLn2), at(kFc), at(kMlpProj)};
+Llama::~Llama() {  // device memory: Model's
+  delete acts_;
+  destroy_acts16();
 }
-}  // namespace
 
 void Llama::block_forward(int l, int B, bool through_output) {
   auto& a = *acts_;
@@ -161,7 +149,7 @@ void Llama::block_forward(int l, int B, bool through_output) {
     o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
     lora_forward(l, LoraSite::kQkv, x.qkv, QKV, x.ln1, B);
   }
-  o.rope_fwd(x.qkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
+  o.rope_fwd(x.qkv, io_.pos(), inv_freq_, B, T, NH, KVH, HS);
   o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, KVH, HS);
   o.matmul_fwd(a.scratch_btc, x.atty, w.proj, nullptr, N, A, C);
   lora_forward(l, LoraSite::kAttnProj, a.scratch_btc, C, x.atty, B);
@@ -180,6 +168,7 @@ void Llama::block_forward(int l, int B, bool through_output) {
 }
 
 void Llama::run_forward(int B) {
+  if (acts16_) return run_forward16(B);
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, N = B * T;
@@ -194,6 +183,7 @@ void Llama::run_forward(int B) {
 }
 
 void Llama::run_backward(int B) {
+  if (acts16_) return run_backward16(B);
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, NH = d_.NH, KVH = d_.kv_heads(), HS = d_.head_size();
@@ -229,7 +219,7 @@ void Llama::run_backward(int B) {
     o.matmul_bwd(a.scratch_bta, dw.proj, nullptr, a.dresidual, x.atty, w.proj, N, A, C);
     lora_backward(l, LoraSite::kAttnProj, a.scratch_bta, a.dresidual, C, x.atty, B);
     o.attention_bwd(a.dqkv, a.scratch_bta, x.qkv, x.atty, x.lse, io_.seg(), B, T, NH, KVH, HS);
-    o.rope_bwd(a.dqkv, io_.pos(), a.inv_freq, B, T, NH, KVH, HS);
+    o.rope_bwd(a.dqkv, io_.pos(), inv_freq_, B, T, NH, KVH, HS);
     const float* dqkv_linear = a.dqkv;  // gradient at the qkv projection's output
     if (d_.qk_norm) {
       o.qk_rmsnorm_bwd(a.dqkv_raw, dw.qnorm, dw.knorm, a.dqkv, x.qkv_raw, w.qnorm, w.knorm, x.qk_rstd, N, NH,

@@ -37,6 +37,15 @@ std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, in
 }
 
 namespace {
+// Every act16 entry of the table is there. TRANSITIONAL: until the last act16 twins land, a table without them keeps
+// the bf16-GEMM path.
+bool act16_complete(const Ops& ops) {
+  const Ops::Act16& a = ops.act16;
+  return a.layernorm_fwd && a.layernorm_bwd && a.rmsnorm_fwd && a.rmsnorm_bwd && a.qk_rmsnorm_fwd && a.qk_rmsnorm_bwd &&
+         a.rope_fwd && a.rope_bwd && a.swiglu_fwd && a.swiglu_bwd && a.attention_fwd && a.attention_bwd &&
+         a.linear_fwd && a.linear_bwd && a.cross_entropy_fwd_bwd && a.gather_rows && a.scatter_rows;
+}
+
 // The counting table of footprint(): allocations are counted and get distinct addresses that are
 // never touched; copies and fills do nothing. One model is measured at a time per thread.
 thread_local size_t t_counted = 0;
@@ -105,6 +114,8 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
   if (lora_.enabled()) lora_layout_ = lora_layout(d, lora_);
   bf16_table_ = gemm_inputs_bf16(ops_);
+  act16_ = bf16_activations && bf16_table_ && !lora_.enabled() && act16_complete(ops_);
+  if (act16_) bf16_acts_ = false;  // every GEMM-only activation is bf16 already
   if (zero_stage_ < 3) {  // at 3 the residency holds this rank's shard and the units in use
     if (!bf16_weights_) params_ = alloc_floats(layout_.total);
     if (bf16_table_) {  // with bf16 weights, the parameters themselves  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
@@ -275,13 +286,32 @@ int Model::default_head_chunk_rows(int V, int max_rows) {
   return std::min(rows, max_rows);
 }
 
+int Model::default_head_chunk_rows16(int V, int max_rows) {
+  constexpr size_t kChunkBytes = size_t(1) << 30;
+  constexpr int kMinRows = 256;
+  const size_t fit = kChunkBytes / (sizeof(uint16_t) * static_cast<size_t>(padded_vocab(V)));
+  const int rows = static_cast<int>(std::max<size_t>(kMinRows, std::min<size_t>(fit, INT32_MAX)));
+  return std::min(rows, max_rows);
+}
+
 void Model::set_head_chunking(int rows, bool every_row) {
   const int N = max_B_ * T_;
   SFTDP_ASSERT(rows >= 0, "head chunk rows must be >= 0");
   every_row_ = every_row;
-  head_rows_ = every_row ? N : (rows == 0 ? default_head_chunk_rows(d_.V, N) : std::min(rows, N));
-  free_owned(head_x_), free_owned(head_logits_), free_owned(head_dx_);
+  const int fit = act16_ ? default_head_chunk_rows16(d_.V, N) : default_head_chunk_rows(d_.V, N);
+  head_rows_ = every_row ? N : (rows == 0 ? fit : std::min(rows, N));
+  for (void* p : {static_cast<void*>(head_x_), static_cast<void*>(head_logits_), static_cast<void*>(head_dx_),
+                  static_cast<void*>(head_x16_), static_cast<void*>(head_logits16_), static_cast<void*>(head_dx16_)})
+    free_owned(p);
+  head_x_ = head_logits_ = head_dx_ = nullptr;
+  head_x16_ = head_logits16_ = head_dx16_ = nullptr;
   const size_t R = static_cast<size_t>(head_rows_);
+  if (act16_) {
+    head_x16_ = alloc_bf16(R * d_.C);
+    head_logits16_ = alloc_bf16(R * padded_vocab(d_.V));
+    head_dx16_ = alloc_bf16(R * d_.C);
+    return;
+  }
   head_x_ = alloc_floats(R * d_.C);
   head_logits_ = alloc_floats(R * d_.V);
   head_dx_ = alloc_floats(R * d_.C);
@@ -300,6 +330,10 @@ float* Model::alloc_acts(size_t n) {
 
 uint16_t* Model::alloc_acts_bf16(size_t n) {
   act_bytes_ += n * sizeof(uint16_t);
+  return alloc_bf16(n);
+}
+
+uint16_t* Model::alloc_bf16(size_t n) {
   void* p = ops_.alloc(std::max<size_t>(n, 1) * sizeof(uint16_t));
   owned_.push_back(p);
   return static_cast<uint16_t*>(p);
@@ -387,6 +421,7 @@ void Model::upload(const data::Batch& b) {
     ++k;
   }
   io_.n_active = k;
+  all_active_ = k == static_cast<int>(n);  // ascending and all of them: position i is active row i
   if (k == 0) return;
   ops_.to_device(io_.active, host_active_.data(), size_t(k) * sizeof(int32_t));
   ops_.to_device(io_.active_targets, host_targets_.data(), size_t(k) * sizeof(int32_t));
@@ -394,6 +429,7 @@ void Model::upload(const data::Batch& b) {
 }
 
 void Model::run_head(float* sums, bool backward, int B) {
+  if (act16_) return run_head16(sums, backward, B);
   const int C = d_.C, V = d_.V, n = io_.n_active;
   if (residency_) residency_->use(UnitSet::kBase, head_unit());
   const float* W = param(head_);
@@ -411,6 +447,34 @@ void Model::run_head(float* sums, bool backward, int B) {
     // Frozen (LoRA): no head weight gradient.
     ops_.matmul_bwd(head_dx_, dW, nullptr, head_logits_, head_x_, W, r, C, V);
     ops_.scatter_rows(dhidden_, head_dx_, idx, r, C);
+  }
+}
+
+// The act16 path's head: as run_head, on bf16 rows and bf16 logits at the padded stride (the cross-entropy's dlogits
+// in place), the head weight read through its bf16 mirror and its gradient summed in fp32 by one GEMM per chunk (one
+// chunk when the logits fit 1 GiB). When every position is weighted the hidden rows are read, and their gradient
+// written, in place: no gather, no scatter, no zeroing.
+void Model::run_head16(float* sums, bool backward, int B) {
+  const int C = d_.C, V = d_.V, Vp = padded_vocab(V), n = io_.n_active;
+  const Ops::Act16& a16 = ops_.act16;
+  if (residency_) residency_->use(UnitSet::kBase, head_unit());
+  const float* W = param(head_);
+  float* dW = backward ? trainable_grad(head_) : nullptr;
+  const bool in_place = all_active_;
+  if (backward && !in_place) ops_.zero(dhidden16_, size_t(B) * T_ * C * sizeof(uint16_t));
+  for (int r0 = 0; r0 < n; r0 += head_rows_) {
+    const int r = std::min(head_rows_, n - r0);
+    const int32_t* idx = io_.active + r0;
+    const uint16_t* x = in_place ? hidden16_ + size_t(r0) * C : head_x16_;
+    if (!in_place) a16.gather_rows(head_x16_, hidden16_, idx, r, C);
+    a16.linear_fwd(head_logits16_, Vp, nullptr, nullptr, x, W, nullptr, r, C, V, act16::LinearOut::kBf16);
+    a16.cross_entropy_fwd_bwd(sums, backward ? head_logits16_ : nullptr, head_logits16_, Vp,
+                              io_.active_targets + r0, io_.active_weights + r0, r, V);
+    if (!backward) continue;
+    // Tied head: W is wte, and its gradient lands in the embedding's gradient sums as well.
+    uint16_t* dx = in_place ? dhidden16_ + size_t(r0) * C : head_dx16_;
+    a16.linear_bwd(dx, nullptr, dW, nullptr, head_logits16_, Vp, x, W, r, C, V);
+    if (!in_place) a16.scatter_rows(dhidden16_, head_dx16_, idx, r, C);
   }
 }
 
