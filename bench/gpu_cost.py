@@ -133,6 +133,10 @@ def _attn_b(a, heads):  # batch rows of a CUDA-core attention launch: grid (ceil
 
 
 F4 = 4  # bytes of an fp32 (or int32) element
+
+
+def _elem(ctype):  # bytes of the element a recorded pointer type points to: bf16 (uint16_t storage) or 4-byte
+    return 2 if ("bfloat16" in ctype or "unsigned short" in ctype) else 4
 KERNELS = {
     # adamw.cu: p, m, v, g read; p, m, v written
     "adamw_kernel": K("adamw.cu", "params m v grads N n_decay lr b1 b2 eps weight_decay inv_bias_correction1 "
@@ -211,10 +215,14 @@ KERNELS = {
                                  lambda a: 6 * a.pairs,
                                  lambda a: 16 * a.pairs + F4 * a.HS // 2
                                  + (0 if a.null("positions") else F4 * a.pairs // ((a.NH + a.KVH) * a.HS // 2))),
-    # cross_entropy.cu: one block per row (grid.x rows); logits read once, dlogits written in place
-    "cross_entropy_rows_kernel": K("cross_entropy.cu", "row_loss row_weight dlogits logits targets weights V", "memory",
-                                   lambda a: 5 * a.grid[0] * a.V,
-                                   lambda a: F4 * a.grid[0] * a.V * (1 if a.null("dlogits") else 2) + 24 * a.grid[0]),
+    # cross_entropy.cu: one block per row (grid.x rows); logits read once, dlogits written in place, in their
+    # storage (fp32, or bf16 on the act16 path)
+    "cross_entropy_rows_kernel": K("cross_entropy.cu", "row_loss row_weight dlogits logits ld targets weights V",
+                                   "memory", lambda a: 5 * a.grid[0] * a.V,
+                                   lambda a: _elem(a.types["logits"]) * a.grid[0] * a.V
+                                   * (1 if a.null("dlogits") else 2) + 24 * a.grid[0]),
+    "finish_two_sums_kernel": K("cross_entropy.cu", "sums row_loss row_weight N", "memory",
+                                lambda a: 2 * a.N, lambda a: 16 * a.N + 16),
     # lora.cu
     "lora_dropout_kernel": K("lora.cu", "out inp rows key p keep_scale T C n", "memory",
                              lambda a: 2 * a.n, lambda a: 8 * a.n),

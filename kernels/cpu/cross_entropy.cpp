@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/act16.h"
 #include "kernels/cpu/vec_math.h"
 #include "sftdp/check.h"
 
@@ -106,5 +107,22 @@ void cross_entropy_fwd_bwd(float* sums,                                   // (2)
   sums[0] = static_cast<float>(sums[0] + loss_sum);
   sums[1] = static_cast<float>(sums[1] + weight_sum);
 }
+
+namespace act16 {
+
+void cross_entropy_fwd_bwd(float* sums, uint16_t* dlogits, const uint16_t* logits, int ld, const int32_t* targets,
+                           const float* weights, int N, int V) {
+  SFTDP_ASSERT(N >= 0 && V > 0 && ld >= V, "act16::cross_entropy_fwd_bwd: need N >= 0, V > 0, ld >= V");
+  // The fp32 twin on the widened rows, then each dlogit rounded once (kernels/act16.h).
+  std::vector<float> x(static_cast<size_t>(N) * V);
+  for (size_t n = 0; n < static_cast<size_t>(N); ++n)
+    for (int v = 0; v < V; ++v) x[n * V + v] = ::sftdp::act16::to_float(logits[n * ld + v]);
+  cpu::cross_entropy_fwd_bwd(sums, dlogits ? x.data() : nullptr, x.data(), targets, weights, N, V);
+  if (!dlogits) return;
+  for (size_t n = 0; n < static_cast<size_t>(N); ++n)
+    for (int v = 0; v < V; ++v) dlogits[n * ld + v] = ::sftdp::act16::to_bf16(x[n * V + v]);
+}
+
+}  // namespace act16
 
 }  // namespace sftdp::cpu

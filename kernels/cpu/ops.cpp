@@ -88,6 +88,7 @@ const Ops& cpu_ops() {
           {
               .linear_fwd = cpu::act16::linear_fwd,
               .linear_bwd = cpu::act16::linear_bwd,
+              .cross_entropy_fwd_bwd = cpu::act16::cross_entropy_fwd_bwd,
           },
       .scratch_bytes = host_scratch_bytes,
   };

@@ -130,6 +130,8 @@ constexpr Ops make_cuda_ops() {
           {
               .linear_fwd = on_stream<&cpu::act16::linear_fwd, &cuda::act16::linear_fwd>(),
               .linear_bwd = on_stream<&cpu::act16::linear_bwd, &cuda::act16::linear_bwd>(),
+              .cross_entropy_fwd_bwd =
+                  on_stream<&cpu::act16::cross_entropy_fwd_bwd, &cuda::act16::cross_entropy_fwd_bwd>(),
           },
       .scratch_bytes = &cuda::scratch_bytes<inputs>,
   };
