@@ -11,12 +11,14 @@
 // chosen for (the preference's, default 256 bytes, and the bias and aux pointers'); running it on another
 // configuration, on less aligned data, or on ranges outside device memory is CUBLAS_STATUS_INVALID_VALUE
 // with a report. Record mode (record.h): each queued matmul is a "gemm" line; record-only skips its
-// arithmetic.
+// arithmetic. On a capturing stream it becomes a graph node (capture.h), alpha and beta read at the call
+// (the host pointer mode's promise).
 #include <cublasLt.h>
 
 #include <cstring>
 #include <string>
 
+#include "cudasim/capture.h"
 #include "cudasim/cublaslt_math.h"
 #include "cudasim/memory.h"
 #include "cudasim/record.h"
@@ -546,7 +548,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (g.aux)
     epilogue_operands += ",\"aux\":" + json_pointer(g.aux) + ",\"aux_type\":\"" + type_name(g.aux_type) +
                          "\",\"ldaux\":" + std::to_string(g.aux_ld) + ",\"stride_aux\":" + std::to_string(g.aux_stride);
-  record_op("gemm", s,
+  const std::string fields =
             "\"m\":" + std::to_string(g.d.rows) + ",\"n\":" + std::to_string(g.d.cols) +
                 ",\"k\":" + std::to_string(k_of(md, g.a)) + ",\"batch\":" + std::to_string(batch) +
                 ",\"trans_a\":" + (g.trans_a ? "true" : "false") + ",\"trans_b\":" + (g.trans_b ? "true" : "false") +
@@ -554,13 +556,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                 ",\"epilogue\":\"" + e.name + "\"" + epilogue_operands + ",\"alpha\":" + json_number(g.alpha) +
                 ",\"beta\":" + json_number(g.beta) + ",\"A\":" + json_pointer(A) + ",\"B\":" + json_pointer(B) +
                 ",\"C\":" + json_pointer(C) + ",\"D\":" + json_pointer(D) +
-                ",\"workspace_bytes\":" + std::to_string(workspace_bytes));
+                ",\"workspace_bytes\":" + std::to_string(workspace_bytes);
+  Work w;
+  w.record = [fields](const Stream& st, const std::string& extra) { record_op("gemm", &st, fields + extra); };
   if (record_only()) {
-    enqueue(*s, "cublasLtMatmul (record only)", [] {});
-    return CUBLAS_STATUS_SUCCESS;
+    w.what = "cublasLtMatmul (record only)", w.run = [] {};
+  } else {
+    w.what = "cublasLtMatmul", w.run = [g] { g.run(); };
   }
-  enqueue(*s, "cublasLtMatmul", [g] { g.run(); });
-  return CUBLAS_STATUS_SUCCESS;
+  // A stream whose capture was invalidated: the launch fails, as a kernel launch would.
+  return queue_work(*s, std::move(w)) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 const char* cublasGetStatusName(cublasStatus_t status) {

@@ -2,12 +2,15 @@
 // checked against Hopper's limits (cudaErrorInvalidConfiguration / cudaErrorInvalidValue, through
 // cudaGetLastError, nothing queued), every pointer argument checked to be null or device memory (a
 // host pointer is an error at the launch, naming the kernel and the argument), then the launch
-// queued on its stream with the allocations its arguments point into. Record mode (record.h) writes its
-// line here, at the queueing; record-only queues it without its body.
+// queued on its stream with the allocations its arguments point into (or, on a capturing stream, made a
+// graph node: arguments captured by value, as on a device; capture.h). Record mode (record.h) writes its
+// line at the queueing (a replay's at the cudaGraphLaunch); record-only queues it without its body. When it
+// runs, the allocations must still be live (a graph replayed after a cudaFree is an illegal address).
 #include <algorithm>
 #include <cstring>
 
 #include "cudasim/block_runner.h"
+#include "cudasim/capture.h"
 #include "cudasim/record.h"
 #include "cudasim/runtime.h"
 #include "cudasim/tensor_core.h"
@@ -51,6 +54,15 @@ cudaError_t check_configuration(const KernelLaunch& l) {
     return cudaErrorInvalidValue;
   }
   return cudaSuccess;
+}
+
+// The first of `regions` that is no longer the live allocation it was at the launch, or null.
+const Allocation* freed_region(const std::vector<Allocation>& regions) {
+  for (const Allocation& r : regions) {
+    const auto now = memory().find(reinterpret_cast<const void*>(r.begin), 0);
+    if (!now || now->id != r.id || !now->live) return &r;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -102,15 +114,25 @@ void submit(KernelLaunch&& l, cudaStream_t handle) {
       if (const auto a = memory().find(p, 0); a && a->live) add(*a);
     }
   }
-  record_kernel(l, *stream);
-  if (record_only()) {  // in stream order like any kernel, but nothing runs (memory stays as it was)
-    enqueue(*stream, std::string("kernel ") + l.kernel + " (record only)", [] {});
-    return;
-  }
   const int device = stream->device();
   auto shared = std::make_shared<KernelLaunch>(std::move(l));
-  enqueue(*stream, std::string("kernel ") + shared->kernel,
-          [shared, regions = std::move(regions), device] { run_kernel(*shared, regions, device); });
+  Work w;
+  w.record = [shared](const Stream& s, const std::string& extra) { record_kernel(*shared, s, extra); };
+  if (record_only()) {  // in stream order like any kernel, but nothing runs (memory stays as it was)
+    w.what = std::string("kernel ") + shared->kernel + " (record only)", w.run = [] {};
+  } else {
+    w.what = std::string("kernel ") + shared->kernel;
+    w.run = [shared, regions = std::move(regions), device] {
+      if (const Allocation* gone = freed_region(regions)) {
+        fault(device, cudaErrorIllegalAddress, "memcheck",
+              where(*shared) + ": an argument points into allocation #" + std::to_string(gone->id) + " (" +
+                  std::to_string(gone->size) + " bytes), freed since the launch was queued or captured");
+        return;
+      }
+      run_kernel(*shared, regions, device);
+    };
+  }
+  if (const cudaError_t e = queue_work(*stream, std::move(w)); e != cudaSuccess) fail(e);
 }
 
 }  // namespace sftdp::sim

@@ -10,7 +10,8 @@
 // communicator's asynchronous error (ncclCommGetAsyncError). Group calls queue their collectives at
 // ncclGroupEnd. MPI must be initialised with MPI_THREAD_MULTIPLE: collectives run on stream workers.
 // Record mode (record.h): each collective is a line when it is queued (op, count, dtype, reduction, ranks);
-// record-only queues it without its arithmetic or its MPI traffic (on every rank alike).
+// record-only queues it without its arithmetic or its MPI traffic (on every rank alike). NCCL supports
+// stream capture: on a capturing stream a collective becomes a graph node (capture.h), run at each replay.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <cuda_bf16.h>
@@ -30,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "cudasim/capture.h"
 #include "cudasim/memory.h"
 #include "cudasim/record.h"
 #include "cudasim/runtime.h"
@@ -325,12 +327,21 @@ std::vector<Pending>& group_ops() {
   return ops;
 }
 
-void launch(Pending&& p) {
-  record_op("nccl", p.stream, p.record);
-  if (record_only()) p.fn = [] {};
-  const uint64_t seq = enqueue(*p.stream, p.what, std::move(p.fn));
-  std::lock_guard<std::mutex> lock(p.comm->mu);
-  p.comm->last_op[p.stream] = seq;
+// Queues p on its stream (or captures it: capture.h); the communicator remembers each stream's last op.
+ncclResult_t launch(Pending&& p) {
+  Work w;
+  w.what = p.what;
+  w.run = record_only() ? std::function<void()>([] {}) : std::move(p.fn);
+  w.record = [fields = std::move(p.record)](const Stream& s, const std::string& extra) {
+    record_op("nccl", &s, fields + extra);
+  };
+  w.queued = [comm = p.comm](Stream& s, uint64_t seq) {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    comm->last_op[&s] = seq;
+  };
+  if (const cudaError_t e = queue_work(*p.stream, std::move(w)); e != cudaSuccess)
+    return warn(ncclUnhandledCudaError, p.what + ": " + cudaGetErrorString(e));
+  return ncclSuccess;
 }
 
 bool buffer_ok(const char* call, const char* which, const void* p, size_t bytes) {
@@ -415,10 +426,9 @@ ncclResult_t collective(const char* call, ncclComm_t handle, cudaStream_t stream
             std::move(fields)};
   if (group_depth() > 0) {
     group_ops().push_back(std::move(p));
-  } else {
-    launch(std::move(p));
+    return ncclSuccess;
   }
-  return ncclSuccess;
+  return launch(std::move(p));
 }
 
 }  // namespace
@@ -623,8 +633,10 @@ ncclResult_t ncclGroupEnd() {
   if (--group_depth() > 0) return ncclSuccess;
   std::vector<Pending> ops = std::move(group_ops());
   group_ops().clear();
-  for (Pending& p : ops) launch(std::move(p));
-  return ncclSuccess;
+  ncclResult_t result = ncclSuccess;
+  for (Pending& p : ops)
+    if (const ncclResult_t r = launch(std::move(p)); r != ncclSuccess && result == ncclSuccess) result = r;
+  return result;
 }
 
 const char* ncclGetErrorString(ncclResult_t r) {

@@ -296,7 +296,7 @@ void record_mark(const std::string& label, const std::string& fields) {
   record_op("mark", nullptr, "\"label\":" + json_string(label) + (fields.empty() ? "" : "," + fields));
 }
 
-void record_kernel(const KernelLaunch& l, const Stream& st) {
+void record_kernel(const KernelLaunch& l, const Stream& st, const std::string& extra) {
   RecordState& s = state();
   if (s.paused) return;
   std::vector<std::string> types;
@@ -316,7 +316,7 @@ void record_kernel(const KernelLaunch& l, const Stream& st) {
             "\"name\":" + json_string(l.kernel) +
                 ",\"site\":" + json_string(std::string(slash ? slash + 1 : l.file) + ":" + std::to_string(l.line)) +
                 ",\"grid\":" + dim_text(l.grid) + ",\"block\":" + dim_text(l.block) +
-                ",\"smem\":" + std::to_string(l.dynamic_smem) + ",\"args\":[" + args + "]");
+                ",\"smem\":" + std::to_string(l.dynamic_smem) + ",\"args\":[" + args + "]" + extra);
 }
 
 }  // namespace sftdp::sim

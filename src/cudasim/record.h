@@ -36,7 +36,8 @@ void open_record_from_settings();
 // One line {"op":<op>,"seq":..,"device":..,"stream":..,<fields>} for an operation queued on `s` (null:
 // no stream). `fields`: JSON members as in record_mark.
 void record_op(const char* op, const Stream* s, const std::string& fields);
-void record_kernel(const KernelLaunch& l, const Stream& s);
+// A kernel's line; `extra` is appended to its fields (a replay's graph and node).
+void record_kernel(const KernelLaunch& l, const Stream& s, const std::string& extra = "");
 // cudaStreamDestroy: a later stream at the same address gets a new id.
 void forget_stream(const Stream* s);
 

@@ -5,7 +5,9 @@
 // synchronising reads stale data); cudaMemcpy and cudaMemset are ordered on the legacy stream and
 // cudaMemcpy returns when done; cudaFree waits for the device first; a kernel fault is sticky (every
 // later call of the device returns it); other failures set the calling thread's last error. Record mode
-// (record.h): every queued copy and memset is a line; record-only runs host<->device copies only.
+// (record.h): every queued copy and memset is a line; record-only runs host<->device copies only. While
+// streams capture (capture.h), copies and memsets on them become graph nodes, events fork and join
+// captures, and synchronising calls and "potentially unsafe" ones fail as the CUDA Programming Guide says.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <map>
 #include <memory>
 
+#include "cudasim/capture.h"
 #include "cudasim/memory.h"
 #include "cudasim/record.h"
 #include "cudasim/runtime.h"
@@ -82,29 +85,32 @@ cudaError_t queue_copy(const char* call, void* dst, const void* src, size_t byte
     return fail(cudaErrorInvalidValue);
   }
   static const char* const kKinds[] = {"HtoH", "HtoD", "DtoH", "DtoD"};
-  record_op("memcpy", &stream,
-            "\"call\":" + json_string(call) + ",\"kind\":\"" + kKinds[kind] + "\",\"bytes\":" + std::to_string(bytes) +
-                ",\"dst\":" + json_pointer(dst) + ",\"src\":" + json_pointer(src));
+  Work w;
+  const std::string fields = "\"call\":" + json_string(call) + ",\"kind\":\"" + kKinds[kind] +
+                             "\",\"bytes\":" + std::to_string(bytes) + ",\"dst\":" + json_pointer(dst) +
+                             ",\"src\":" + json_pointer(src);
+  w.record = [fields](const Stream& s, const std::string& extra) { record_op("memcpy", &s, fields + extra); };
   if (record_only() && kind == cudaMemcpyDeviceToDevice) {  // device work: recorded, not run
-    enqueue(stream, std::string(call) + " (record only)", [] {});
-    return cudaSuccess;
+    w.what = std::string(call) + " (record only)", w.run = [] {};
+  } else {
+    w.what = call, w.run = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
   }
-  enqueue(stream, call, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
-  return cudaSuccess;
+  return fail(queue_work(stream, std::move(w)));
 }
 
 cudaError_t queue_memset(const char* call, void* p, int value, size_t bytes, Stream& stream) {
   if (bytes == 0) return cudaSuccess;
   if (!device_range_ok(call, "destination", p, bytes)) return fail(cudaErrorInvalidValue);
-  record_op("memset", &stream,
-            "\"call\":" + json_string(call) + ",\"bytes\":" + std::to_string(bytes) + ",\"value\":" +
-                std::to_string(value) + ",\"dst\":" + json_pointer(p));
+  Work w;
+  const std::string fields = "\"call\":" + json_string(call) + ",\"bytes\":" + std::to_string(bytes) +
+                             ",\"value\":" + std::to_string(value) + ",\"dst\":" + json_pointer(p);
+  w.record = [fields](const Stream& s, const std::string& extra) { record_op("memset", &s, fields + extra); };
   if (record_only()) {
-    enqueue(stream, std::string(call) + " (record only)", [] {});
-    return cudaSuccess;
+    w.what = std::string(call) + " (record only)", w.run = [] {};
+  } else {
+    w.what = call, w.run = [p, value, bytes] { std::memset(p, value, bytes); };
   }
-  enqueue(stream, call, [p, value, bytes] { std::memset(p, value, bytes); });
-  return cudaSuccess;
+  return fail(queue_work(stream, std::move(w)));
 }
 
 }  // namespace
@@ -175,6 +181,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (!p) return fail(cudaErrorInvalidValue);
   *p = nullptr;
   if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
+  if (const cudaError_t e = check_unsafe_call(); e != cudaSuccess) return fail(e);
   if (bytes == 0) return cudaSuccess;
   Device& dev = device(current_device());
   size_t used = dev.used.load();
@@ -190,8 +197,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* p) {
-  if (!p) return cudaSuccess;
   if (devices().empty()) return fail(cudaErrorNoDevice);
+  if (const cudaError_t e = check_unsafe_call(); e != cudaSuccess) return fail(e);  // cudaFree(0) too
+  if (!p) return cudaSuccess;
   const auto a = memory().find(p, 0);
   if (!a || !a->live || a->begin != reinterpret_cast<uintptr_t>(p)) {
     report("memcheck", "cudaFree of " + memory().describe(p) + ", not the start of a live allocation (a double free?)");
@@ -215,6 +223,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
   Stream& s = *resolve(nullptr);
+  if (const cudaError_t e = check_legacy_use(s); e != cudaSuccess) return fail(e);
+  if (const cudaError_t e = check_unsafe_call(); e != cudaSuccess) return fail(e);  // it waits for the device
   if (const cudaError_t e = queue_copy("cudaMemcpy", dst, src, bytes, kind, s); e != cudaSuccess) return e;
   s.wait(s.tail());
   return fail(sticky_error(s.device()));
@@ -248,6 +258,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* handle) { return cudaStreamCreateWith
 cudaError_t cudaStreamDestroy(cudaStream_t handle) {
   Stream* s = handle && handle != cudaStreamLegacy ? resolve(handle) : nullptr;
   if (!s) return fail(cudaErrorInvalidResourceHandle);
+  forget_stream_captures(*s);
   unregister_stream(s);
   s->shut_down();  // what was queued still runs, as CUDA promises
   forget_stream(s);
@@ -259,6 +270,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   if (devices().empty()) return fail(cudaErrorNoDevice);
   Stream* s = resolve(handle);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = check_stream_sync(*s); e != cudaSuccess) return fail(e);
   s->wait(s->tail());
   return fail(sticky_error(s->device()));
 }
@@ -268,6 +280,7 @@ cudaError_t cudaStreamQuery(cudaStream_t handle) {
   Stream* s = resolve(handle);
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   if (const cudaError_t e = sticky_error(s->device()); e != cudaSuccess) return fail(e);
+  if (const cudaError_t e = check_stream_sync(*s); e != cudaSuccess) return fail(e);
   const uint64_t t = s->tail();
   s->release(t);
   return s->finished(t) ? cudaSuccess : cudaErrorNotReady;
@@ -279,6 +292,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   const auto ev = find_event(event);
   if (!s || !ev) return fail(cudaErrorInvalidResourceHandle);
   if (flags != 0) return fail(cudaErrorInvalidValue);
+  bool captured = false;  // a fork or join of a capture: no eager wait
+  if (const cudaError_t e = capture_event_wait(*s, *ev, &captured); e != cudaSuccess || captured) return fail(e);
   Stream* on = nullptr;
   uint64_t seq = 0;
   {
@@ -314,6 +329,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   Stream* s = resolve(handle);
   const auto ev = find_event(event);
   if (!s || !ev) return fail(cudaErrorInvalidResourceHandle);
+  bool captured = false;  // recorded into a capture: nothing queued
+  if (const cudaError_t e = capture_event_record(*ev, *s, &captured); e != cudaSuccess || captured) return fail(e);
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(ev->mu);
@@ -336,6 +353,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   const auto ev = find_event(event);
   if (!ev) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = check_event_use(*ev); e != cudaSuccess) return fail(e);
   const auto [s, seq] = last_record(*ev);
   if (!s) return cudaSuccess;  // never recorded: complete
   if (const cudaError_t e = sticky_error(s->device()); e != cudaSuccess) return fail(e);
@@ -346,6 +364,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   const auto ev = find_event(event);
   if (!ev) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = check_event_use(*ev); e != cudaSuccess) return fail(e);
   const auto [s, seq] = last_record(*ev);
   if (!s) return cudaSuccess;
   s->wait(seq);
@@ -356,6 +375,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   const auto a = find_event(start), b = find_event(end);
   if (!ms || !a || !b) return fail(cudaErrorInvalidResourceHandle);
   if ((a->flags | b->flags) & cudaEventDisableTiming) return fail(cudaErrorInvalidResourceHandle);
+  for (Event* ev : {a.get(), b.get()})
+    if (const cudaError_t e = check_event_use(*ev); e != cudaSuccess) return fail(e);
   std::scoped_lock lock(a->mu, b->mu);
   if (!a->stream || !b->stream) return fail(cudaErrorInvalidResourceHandle);
   if (a->time_ms < 0 || b->time_ms < 0) return cudaErrorNotReady;
@@ -365,6 +386,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 cudaError_t cudaDeviceSynchronize() {
   if (devices().empty()) return fail(cudaErrorNoDevice);
+  if (const cudaError_t e = check_device_sync(current_device()); e != cudaSuccess) return fail(e);
   synchronize_device(current_device());
   return fail(sticky_error(current_device()));
 }
@@ -419,6 +441,26 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorLaunchFailure";
     case cudaErrorNotSupported:
       return "cudaErrorNotSupported";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureMerge:
+      return "cudaErrorStreamCaptureMerge";
+    case cudaErrorStreamCaptureUnmatched:
+      return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined:
+      return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation:
+      return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent:
+      return "cudaErrorCapturedEvent";
+    case cudaErrorStreamCaptureWrongThread:
+      return "cudaErrorStreamCaptureWrongThread";
     default:
       return "cudaErrorUnknown";
   }
@@ -450,6 +492,26 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "unspecified launch failure";
     case cudaErrorNotSupported:
       return "operation not supported";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge:
+      return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     default:
       return "unrecognized error code";
   }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace sftdp::sim {
 
@@ -65,6 +66,10 @@ struct Event {
   uint64_t seq = 0;
   uint64_t generation = 0;  // of the latest record: an older record's marker must not set the time
   double time_ms = -1;      // steady clock at the marker of the latest record; < 0 until it ran
+  // A record made while its stream captured (capture.h): the capture's id (0: recorded outside one) and
+  // the graph nodes the record stands for; stream and seq then still name the last eager record.
+  uint64_t capture = 0;
+  std::vector<uint32_t> capture_nodes;
 };
 
 }  // namespace sftdp::sim
