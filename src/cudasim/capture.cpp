@@ -215,6 +215,11 @@ cudaError_t capture_info(Stream& s, CaptureInfo* info) {
   return cudaSuccess;
 }
 
+size_t node_count(const Graph& g) {
+  std::lock_guard<std::mutex> lock(captures().mu);
+  return g.nodes.size();
+}
+
 cudaStreamCaptureMode& thread_capture_mode() {
   static thread_local cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   return mode;

@@ -10,6 +10,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,9 +39,10 @@ struct GraphNode {
 };
 struct Graph {
   uint64_t id = 0;  // 1, 2, ... in order of cudaStreamBeginCapture (per process)
-  std::vector<GraphNode> nodes;
-  bool capturing = true;  // until cudaStreamEndCapture hands it over
+  std::vector<GraphNode> nodes;  // grows under the capture lock while capturing, then never changes
+  std::atomic<bool> capturing{true};  // until its capture ends
 };
+size_t node_count(const Graph& g);  // also while it is being captured into
 
 // Queues w on s (recorded first), or adds it to the graph s captures into. cudaErrorStreamCaptureInvalidated
 // on a stream of an invalidated capture, cudaErrorStreamCaptureImplicit on the legacy stream while a blocking

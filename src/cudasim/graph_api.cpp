@@ -182,7 +182,7 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t*
   const std::shared_ptr<Graph> g = find_graph(graph);
   if (!g) return fail(cudaErrorInvalidValue);
   if (nodes) return fail(cudaErrorNotSupported);  // graph nodes are no objects here
-  *count = g->nodes.size();
+  *count = node_count(*g);
   return cudaSuccess;
 }
 
