@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "cudasim/runtime.h"
 
@@ -109,9 +110,11 @@ bool all_joined(const Capture& cap) {
   return std::all_of(reached.begin(), reached.end(), [](char r) { return r != 0; });
 }
 
-void queue_now(Stream& s, const Work& w, const std::string& extra) {
+// Records and queues w: moved from when eager (Work&&), copied from a graph's node when replayed (Work&).
+template <class W>
+void queue_now(Stream& s, W&& w, const std::string& extra) {
   w.record(s, extra);
-  const uint64_t seq = enqueue(s, w.what, w.run);
+  const uint64_t seq = enqueue(s, std::forward<W>(w).what, std::forward<W>(w).run);
   if (w.queued) w.queued(s, seq);
 }
 
@@ -127,7 +130,7 @@ cudaError_t queue_work(Stream& s, Work w) {
       return cudaSuccess;
     }
   }
-  queue_now(s, w, "");
+  queue_now(s, std::move(w), "");
   return cudaSuccess;
 }
 
@@ -142,7 +145,10 @@ cudaError_t queue_graph(Stream& s, const std::shared_ptr<const Graph>& g) {
     }
   }
   const std::string graph_field = ",\"graph\":" + std::to_string(g->id) + ",\"node\":";
-  for (size_t i = 0; i < g->nodes.size(); ++i) queue_now(s, g->nodes[i].work, graph_field + std::to_string(i));
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    const Work& node = g->nodes[i].work;
+    queue_now(s, node, graph_field + std::to_string(i));
+  }
   return cudaSuccess;
 }
 

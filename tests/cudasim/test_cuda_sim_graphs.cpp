@@ -446,7 +446,7 @@ TEST_F(SimGraphs, EndingACaptureThatIsNotThereOrNotThisStreamsFails) {
   cudaGraph_t graph = nullptr;
   EXPECT_EQ(cudaStreamEndCapture(stream_, &graph), cudaErrorIllegalState);  // never began
   EXPECT_EQ(cudaStreamEndCapture(stream_, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cudaStreamBeginCapture(stream_, static_cast<cudaStreamCaptureMode>(7)), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaStreamBeginCapture(stream_, static_cast<cudaStreamCaptureMode>(3)), cudaErrorInvalidValue);
   begin_with_a_kernel();
   EXPECT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);  // already
   cudaError_t other_thread = cudaSuccess;
