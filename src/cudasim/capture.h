@@ -53,9 +53,8 @@ cudaError_t queue_work(Stream& s, Work w);
 cudaError_t queue_graph(Stream& s, const std::shared_ptr<const Graph>& g);
 
 // ---- capture sequences (graph_api.cpp's entry points) -----------------------------------------------------
-// cudaStreamBeginCapture on a stream that is not the legacy stream (checked by the caller): the new
-// capture's graph, or null with *error set (cudaErrorStreamCaptureUnsupported: the legacy stream;
-// cudaErrorIllegalState: already capturing).
+// cudaStreamBeginCapture: the new capture's graph, or null with *error set (cudaErrorStreamCaptureUnsupported:
+// the legacy stream; cudaErrorIllegalState: s already captures).
 std::shared_ptr<Graph> begin_capture(Stream& s, cudaStreamCaptureMode mode, cudaError_t* error);
 // cudaStreamEndCapture: ends the capture s originated (every stream that joined it leaves capture mode) and
 // gives its graph. *error: cudaErrorStreamCaptureInvalidated (it was invalidated) or
