@@ -210,16 +210,16 @@ const char* copy_kind_name(cudaMemcpyKind kind) {
 
 namespace sftdp::cuda {
 
-void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
-                  std::source_location where) {
-  profile::Scope timed(stream, "memcpy", profile::copy_kind_name(kind), where.file_name(),
-                       static_cast<int>(where.line()), "\"bytes\":" + std::to_string(bytes));
+void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* file,
+                  int line) {
+  const profile::Scope timed(stream, "memcpy", profile::copy_kind_name(kind), file, line,
+                             profile::active() ? "\"bytes\":" + std::to_string(bytes) : std::string());
   CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream));
 }
 
-void memset_async(void* p, int value, size_t bytes, cudaStream_t stream, std::source_location where) {
-  profile::Scope timed(stream, "memset", "cudaMemsetAsync", where.file_name(), static_cast<int>(where.line()),
-                       "\"bytes\":" + std::to_string(bytes));
+void memset_async(void* p, int value, size_t bytes, cudaStream_t stream, const char* file, int line) {
+  const profile::Scope timed(stream, "memset", "cudaMemsetAsync", file, line,
+                             profile::active() ? "\"bytes\":" + std::to_string(bytes) : std::string());
   CHECK_CUDA(cudaMemsetAsync(p, value, bytes, stream));
 }
 

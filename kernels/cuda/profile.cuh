@@ -19,7 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <source_location>
 #include <string>
 
 namespace sftdp::cuda::profile {
@@ -55,8 +54,10 @@ const char* copy_kind_name(cudaMemcpyKind kind);  // "HtoD", "DtoH", "DtoD", "Ht
 namespace sftdp::cuda {
 // cudaMemcpyAsync / cudaMemsetAsync on `stream` (checked), timed inside a profile window: every copy
 // and memset of the CUDA path goes through these, so that the profile sees what the record sees.
+// file and line: the caller's (__builtin_FILE/__builtin_LINE, which gcc and clang 14 both have; clang 14 has no
+// std::source_location).
 void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
-                  std::source_location where = std::source_location::current());
-void memset_async(void* p, int value, size_t bytes, cudaStream_t stream,
-                  std::source_location where = std::source_location::current());
+                  const char* file = __builtin_FILE(), int line = __builtin_LINE());
+void memset_async(void* p, int value, size_t bytes, cudaStream_t stream, const char* file = __builtin_FILE(),
+                  int line = __builtin_LINE());
 }  // namespace sftdp::cuda
