@@ -4,7 +4,8 @@
 // of kernels serves both interfaces: the cuda-bf16 table's fp32 one (attention_tc_*: q, k, v and dO cast to bf16
 // copies first, out and dqkv written as fp32) and the act16 one (cuda::act16::*: bf16 q|k|v, dO and O read where
 // they are, out and dqkv written as bf16, one rounding each); each kernel takes an fp32 and a bf16 output pointer,
-// one of them null, and nothing else differs. Head sizes 16..128 in steps of 16; others go to the CUDA-core kernels of attention.cu.
+// one of them null, and nothing else differs. Head sizes 16..128 in steps of 16; others go to the CUDA-core kernels
+// of attention.cu.
 // Legend: B batch, T seq, NH query heads, KVH k/v heads, G = NH/KVH, HS head size, QKV = (NH + 2·KVH)·HS,
 // R = HS + 8 (a shared-memory row: 16 bytes of padding keep ldmatrix's eight rows in different banks), Tt = 64 (rows
 // per tile, queries and keys).
@@ -50,7 +51,8 @@
 #endif
 namespace sftdp::cuda {
 // 1 a fragment on the wrong lanes, 2 a missing cp.async wait, 3 a tile skipped that holds visible
-// pairs, 4 a wrong log-sum-exp, 5 a fragment taken from the wrong warp of the pair.
+// pairs, 4 a wrong log-sum-exp, 5 a fragment taken from the wrong warp of the pair, 6 a missing barrier between a
+// warp's fragments written and its partner reading them.
 int planted_attention_bug = 0;
 }  // namespace sftdp::cuda
 #define SFTDP_PLANTED(n) (::sftdp::cuda::planted_attention_bug == (n))
@@ -277,13 +279,13 @@ __global__ void attention_tc_segment_ranges_kernel(int2* ranges, const int32_t* 
   if (r == 0) ranges[blockIdx.y * gridDim.x + blockIdx.x] = make_int2(lo[0], hi[0]);
 }
 
-// out: fp32 output (the fp32 interface) or null; out16: bf16 output (act16) or null. grid (tiles, NH, B), block kThreads, dynamic shared memory
-// fwd_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys 32·half .. + 31 of each key tile
+// out: fp32 output (the fp32 interface) or null; out16: bf16 output (act16) or null. grid (tiles, NH, B), block
+// kThreads, dynamic shared memory fwd_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys 32·half .. + 31 of each key tile
 // (S, P) and output columns HS/2·half .. + HS/2 − 1 (O).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    attention_tc_fwd_kernel(float* out, bf16* out16, float* lse, const bf16* qkv, const int32_t* seg, const int2* ranges, int T,
-                            int NH, int KVH, float scale, float scale_log2) {
+    attention_tc_fwd_kernel(float* out, bf16* out16, float* lse, const bf16* qkv, const int32_t* seg,
+                            const int2* ranges, int T, int NH, int KVH, float scale, float scale_log2) {
   constexpr int R = HS + 8, KS = HS / 16, NTH = HS / 16;  // NTH: n-tiles of a half's HS/2 columns
   // Q's A fragments stay in registers up to HS 64 (16 of them); above, they are read from shared memory for each
   // key tile, which keeps the kernel within 128 registers without spilling.
@@ -407,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       spart[(rg * 2 + 0) * kWarp + lane] = rowsum[0];
       spart[(rg * 2 + 1) * kWarp + lane] = rowsum[1];
     }
-    __syncthreads();  // both halves' P fragments and half 0's partial sums are written
+    if (!SFTDP_PLANTED(6)) __syncthreads();  // both halves' P fragments and half 0's partial sums are written
     if (half == 1) {  // the row sums, keys in increasing order, and l (half 0 gets l at the end)
       rowsum[0] = spart[(rg * 2 + 0) * kWarp + lane];
       rowsum[1] = spart[(rg * 2 + 1) * kWarp + lane];
@@ -465,14 +467,14 @@ __global__ void attention_tc_bwd_delta_kernel(float* delta, const bf16* dout, co
   if (lane == 0) delta[(static_cast<size_t>(bt / T) * NH + h) * T + bt % T] = acc;
 }
 
-// dK, dV of key tile kt of k/v head kvh into dqkv (fp32) or dqkv16 (bf16), the other null: grid (tiles, KVH, B), block kThreads, dynamic shared
-// memory dkv_smem<HS>(). Warp w: keys 16·(w % 4) .. + 15 of the tile; half w / 4: queries 16·half .. + 15 of each 32
+// dK, dV of key tile kt of k/v head kvh into dqkv (fp32) or dqkv16 (bf16), the other null: grid (tiles, KVH, B),
+// block kThreads, dynamic shared memory dkv_smem<HS>(). Warp w: keys 16·(w % 4) .. + 15 of the tile; half w / 4: queries 16·half .. + 15 of each 32
 // (Sᵀ, dPᵀ) and output columns HS/2·half .. (dK, dV).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    attention_tc_bwd_dkv_kernel(float* dqkv, bf16* dqkv16, const bf16* qkv, const bf16* dout, const float* lse, const float* delta,
-                                const int32_t* seg, const int2* ranges, int T, int NH, int KVH, float scale,
-                                float scale_log2) {
+    attention_tc_bwd_dkv_kernel(float* dqkv, bf16* dqkv16, const bf16* qkv, const bf16* dout, const float* lse,
+                                const float* delta, const int32_t* seg, const int2* ranges, int T, int NH, int KVH,
+                                float scale, float scale_log2) {
   constexpr int R = HS + 8, NTH = HS / 16;
   SFTDP_DYNAMIC_SHARED(bf16, smem);
   bf16* sk = smem;                                                   // (kTile, R): this block's keys
@@ -548,7 +550,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         SFTDP_UNROLL
         for (int e = 0; e < 4; ++e) {
           const int c = c0 + nt * 8 + 2 * tq + (e & 1), q = q0 + c, j = e < 2 ? j0 : j1;
-          const bool visible = all_visible || (q < T && j <= q && j < T && (!seg_row || qseg[c] == (e < 2 ? sj0 : sj1)));
+          const bool visible =
+              all_visible || (q < T && j <= q && j < T && (!seg_row || qseg[c] == (e < 2 ? sj0 : sj1)));
           p[nt][e] = visible ? exp2f(fmaf(p[nt][e], scale_log2, -L[c])) : 0.f;
           ds[nt][e] = p[nt][e] * (ds[nt][e] - Dq[c]);
         }
@@ -559,7 +562,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       if (sub == 1) __syncthreads();  // the partner has read this warp's fragments of the first 32 queries
       put_frag(sx + warp * kFragWords, pa, lane);
       put_frag(sx + warp * kFragWords + 4 * kWarp, sa, lane);
-      __syncthreads();  // both halves' fragments are written
+      if (!SFTDP_PLANTED(6)) __syncthreads();  // both halves' fragments are written
       SFTDP_NO_UNROLL
       for (int kk = 0; kk < 2; ++kk) {  // 16 queries per k-step, in increasing order: half 0's, then half 1's
         uint32_t p_frag[4], ds_frag[4];
@@ -585,14 +588,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-// dQ of query tile qt of head h into dqkv (fp32) or dqkv16 (bf16), the other null: grid (tiles, NH, B), block kThreads, dynamic shared memory
-// dq_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys 32·half .. + 31 of each key tile
+// dQ of query tile qt of head h into dqkv (fp32) or dqkv16 (bf16), the other null: grid (tiles, NH, B), block
+// kThreads, dynamic shared memory dq_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys 32·half .. + 31 of each key tile
 // (S, dP) and output columns HS/2·half .. (dQ).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    attention_tc_bwd_dq_kernel(float* dqkv, bf16* dqkv16, const bf16* qkv, const bf16* dout, const float* lse, const float* delta,
-                               const int32_t* seg, const int2* ranges, int T, int NH, int KVH, float scale,
-                               float scale_log2) {
+    attention_tc_bwd_dq_kernel(float* dqkv, bf16* dqkv16, const bf16* qkv, const bf16* dout, const float* lse,
+                               const float* delta, const int32_t* seg, const int2* ranges, int T, int NH, int KVH,
+                               float scale, float scale_log2) {
   constexpr int R = HS + 8, NTH = HS / 16;
   SFTDP_DYNAMIC_SHARED(bf16, smem);
   bf16* sq = smem;                                                 // (kTile, R)
@@ -655,7 +658,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       c_to_a(sa, ds[0], ds[1]);
       put_frag(sx + warp * kFragWords + kk * 4 * kWarp, sa, lane);
     }
-    __syncthreads();  // both halves' fragments are written
+    if (!SFTDP_PLANTED(6)) __syncthreads();  // both halves' fragments are written
     SFTDP_UNROLL
     for (int kk = 0; kk < 4; ++kk) {  // dQ += bf16(dS) · K, 16 keys per k-step, in increasing order
       uint32_t a[4];
@@ -840,7 +843,8 @@ void attention_fwd(uint16_t* out, float* lse, const uint16_t* qkv, const int32_t
     return attention_fwd_cuda_cores(out, lse, qkv, seg, B, T, NH, KVH, HS, stream);
   check_dims("act16::attention_fwd", B, T, NH, KVH);
   if (B == 0) return;
-  forward({nullptr, reinterpret_cast<bf16*>(out)}, lse, reinterpret_cast<const bf16*>(qkv), seg, B, T, NH, KVH, HS, stream);
+  forward({nullptr, reinterpret_cast<bf16*>(out)}, lse, reinterpret_cast<const bf16*>(qkv), seg, B, T, NH, KVH, HS,
+          stream);
 }
 
 void attention_bwd(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out, const float* lse,
