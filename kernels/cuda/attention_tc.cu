@@ -15,13 +15,13 @@
 // columns (HS/2); the pair trades its bf16(P) / bf16(dS) A fragments (and the forward its row maxima and partial row
 // sums) through shared memory, so every element is computed once and every sum keeps the one-warp order below.
 // With segments each 64-row tile's (min, max) segment id is found first.
-// Forward, per (query tile, h, b): Q's fragments kept in registers; for each key tile that the tile may see (kt <= qt:
-// the causal triangle beyond is skipped; with segments, tiles whose id ranges do not meet are skipped), in increasing
-// order: S = Q·Kᵀ (raw, fp32), masked to −inf where invisible, m_new = max(m, rowmax S), P = exp2(S·scale·log2e −
-// m_new·scale·log2e), α = exp2((m − m_new)·scale·log2e), l = l·α + rowsum P (fma; a lane's sum runs over keys
-// 8n + 2t, 8n + 2t + 1 for n = 0..7, half 1 continuing half 0's), O = O·α + bf16(P)·V; at the end O/l and lse =
-// m·scale + log l. A key tile with nothing visible for a row leaves its state exactly as it was, so skipping it
-// changes no bit.
+// Forward, per (query tile, h, b): Q's fragments in registers (read from shared memory per key tile above HS 64); for
+// each key tile that the tile may see (kt <= qt: the causal triangle beyond is skipped; with segments, tiles whose id
+// ranges do not meet are skipped), in increasing order: S = Q·Kᵀ (raw, fp32), masked to −inf where invisible,
+// m_new = max(m, rowmax S), P = exp2(S·scale·log2e − m_new·scale·log2e), α = exp2((m − m_new)·scale·log2e),
+// l = l·α + rowsum P (fma; a lane's sum runs over keys 8n + 2t, 8n + 2t + 1 for n = 0..7, half 1 continuing half
+// 0's), O = O·α + bf16(P)·V; at the end O/l and lse = m·scale + log l. A key tile with nothing visible for a row
+// leaves its state exactly as it was, so skipping it changes no bit.
 // Backward (7 GEMMs, not FlashAttention-2's 5: its dQ is summed over key tiles by atomics, and the deterministic ways
 // to sum it from the dK/dV kernel cost a dQ copy per key tile or blocks that wait on each other): D = Σ dO·O per row
 // (a warp per row); per (key tile, k/v head, b), over the group's query heads in increasing h and their query tiles
@@ -280,8 +280,8 @@ __global__ void attention_tc_segment_ranges_kernel(int2* ranges, const int32_t* 
 }
 
 // out: fp32 output (the fp32 interface) or null; out16: bf16 output (act16) or null. grid (tiles, NH, B), block
-// kThreads, dynamic shared memory fwd_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys 32·half .. + 31 of each key tile
-// (S, P) and output columns HS/2·half .. + HS/2 − 1 (O).
+// kThreads, dynamic shared memory fwd_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys
+// 32·half .. + 31 of each key tile (S, P) and output columns HS/2·half .. + HS/2 − 1 (O).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attention_tc_fwd_kernel(float* out, bf16* out16, float* lse, const bf16* qkv, const int32_t* seg,
@@ -468,8 +468,8 @@ __global__ void attention_tc_bwd_delta_kernel(float* delta, const bf16* dout, co
 }
 
 // dK, dV of key tile kt of k/v head kvh into dqkv (fp32) or dqkv16 (bf16), the other null: grid (tiles, KVH, B),
-// block kThreads, dynamic shared memory dkv_smem<HS>(). Warp w: keys 16·(w % 4) .. + 15 of the tile; half w / 4: queries 16·half .. + 15 of each 32
-// (Sᵀ, dPᵀ) and output columns HS/2·half .. (dK, dV).
+// block kThreads, dynamic shared memory dkv_smem<HS>(). Warp w: keys 16·(w % 4) .. + 15 of the tile; half w / 4:
+// queries 16·half .. + 15 of each 32 (Sᵀ, dPᵀ) and output columns HS/2·half .. (dK, dV).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attention_tc_bwd_dkv_kernel(float* dqkv, bf16* dqkv16, const bf16* qkv, const bf16* dout, const float* lse,
@@ -589,8 +589,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 }
 
 // dQ of query tile qt of head h into dqkv (fp32) or dqkv16 (bf16), the other null: grid (tiles, NH, B), block
-// kThreads, dynamic shared memory dq_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys 32·half .. + 31 of each key tile
-// (S, dP) and output columns HS/2·half .. (dQ).
+// kThreads, dynamic shared memory dq_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys
+// 32·half .. + 31 of each key tile (S, dP) and output columns HS/2·half .. (dQ).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attention_tc_bwd_dq_kernel(float* dqkv, bf16* dqkv16, const bf16* qkv, const bf16* dout, const float* lse,
