@@ -91,8 +91,8 @@ inline int block_warps(int T, int R) { return static_cast<int>(ceil_div(T, R) < 
 // An element of q|k|v or dO as attention reads it: itself, rounded to bf16 (and widened back exactly), or widened.
 template <class Io>
 __device__ __forceinline__ float input(typename Io::In x) {
-  if constexpr (std::is_same_v<typename Io::In, bf16>) return __bfloat162float(x);
-  else if constexpr (Io::kRound) return __bfloat162float(__float2bfloat16_rn(x));
+  if constexpr (Io::kRound) return __bfloat162float(__float2bfloat16_rn(x));
+  else if constexpr (std::is_same_v<typename Io::In, bf16>) return __bfloat162float(x);
   else return x;
 }
 // An element of O as stored (D reads it unrounded), and an output element as stored (bf16: rounded once).
