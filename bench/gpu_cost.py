@@ -137,6 +137,10 @@ F4 = 4  # bytes of an fp32 (or int32) element
 
 def _elem(ctype):  # bytes of the element a recorded pointer type points to: bf16 (uint16_t storage) or 4-byte
     return 2 if ("bfloat16" in ctype or "unsigned short" in ctype) else 4
+
+
+def _tc_out(a, f32_name):  # bytes per element an attention_tc kernel writes: fp32 to f32_name, else bf16 to its twin
+    return 2 if a.null(f32_name) else F4
 KERNELS = {
     # adamw.cu: p, m, v, g read; p, m, v written
     "adamw_kernel": K("adamw.cu", "params m v grads N n_decay lr b1 b2 eps weight_decay inv_bias_correction1 "
@@ -226,47 +230,53 @@ KERNELS = {
     # lora.cu
     "lora_dropout_kernel": K("lora.cu", "out inp rows key p keep_scale T C n", "memory",
                              lambda a: 2 * a.n, lambda a: 8 * a.n),
-    # attention.cu, CUDA cores (fp32 math; the bf16 instances round q, k, v, dO as they read them). Per
-    # visible pair: forward q·k and p·v (4·HS); dq: q·k, dO·v, ds·k (6·HS); dk/dv: q·k, dO·v, ds·q, p·dO (8·HS).
-    # Causal pairs without segments; with segments (seg not null) fewer pairs are visible: an upper bound.
+    # attention.cu, CUDA cores (fp32 math; the bf16 instances round q, k, v, dO as they read them; the act16 ones read
+    # and write bf16: E bytes per element of q|k|v, dO, O and dqkv, from the recorded type). Per visible pair:
+    # forward q·k and p·v (4·HS); dq: q·k, dO·v, ds·k (6·HS); dk/dv: q·k, dO·v, ds·q, p·dO (8·HS). Causal pairs
+    # without segments; with segments (seg not null) fewer pairs are visible: an upper bound.
     "attention_fwd_kernel": K(
         "attention.cu", "out lse qkv seg T NH KVH HS", "attention_cuda",
         lambda a: 4 * a.HS * _attn_b(a, a.NH) * a.NH * causal_pairs(a.T),
-        lambda a: F4 * _attn_b(a, a.NH) * a.T * ((2 * a.NH + 2 * a.KVH) * a.HS + a.NH)),
+        lambda a: _attn_b(a, a.NH) * a.T * (_elem(a.types["qkv"]) * (2 * a.NH + 2 * a.KVH) * a.HS + F4 * a.NH)),
     "attention_bwd_delta_kernel": K(
         "attention.cu", "delta dout out B T NH HS", "attention_cuda",
-        lambda a: 2 * a.B * a.NH * a.T * a.HS, lambda a: F4 * a.B * a.NH * a.T * (2 * a.HS + 1)),
+        lambda a: 2 * a.B * a.NH * a.T * a.HS,
+        lambda a: a.B * a.NH * a.T * (2 * _elem(a.types["dout"]) * a.HS + F4)),
     "attention_bwd_dq_kernel": K(
         "attention.cu", "dqkv delta dout qkv lse seg T NH KVH HS", "attention_cuda",
         lambda a: 6 * a.HS * _attn_b(a, a.NH) * a.NH * causal_pairs(a.T),
-        lambda a: F4 * _attn_b(a, a.NH) * a.T * ((3 * a.NH + 2 * a.KVH) * a.HS + 2 * a.NH)),
+        lambda a: _attn_b(a, a.NH) * a.T * (_elem(a.types["qkv"]) * (3 * a.NH + 2 * a.KVH) * a.HS + 2 * F4 * a.NH)),
     "attention_bwd_dkv_kernel": K(
         "attention.cu", "dqkv delta dout qkv lse seg T NH KVH HS", "attention_cuda",
         lambda a: 8 * a.HS * _attn_b(a, a.KVH) * a.NH * causal_pairs(a.T),
-        lambda a: F4 * _attn_b(a, a.KVH) * a.T * ((2 * a.NH + 4 * a.KVH) * a.HS + 2 * a.NH)),
-    # attention_tc.cu, tensor cores on bf16 copies of q, k, v, dO (the casts are fp32_to_bf16_kernel lines).
-    # Grid (tiles, heads, B); whole 64x64 tiles on and below the diagonal are computed (tile_pairs): forward
-    # S = QKᵀ and O += PV (2 GEMMs), dK/dV: Sᵀ, dPᵀ, dV, dK (4), dQ: S, dP, dQ (3), each 2·64·64·HS per tile
-    # pair. HS from the dynamic shared memory (the template argument is not a kernel argument). With segments
-    # tiles whose segment ranges do not meet are skipped: an upper bound then.
+        lambda a: _attn_b(a, a.KVH) * a.T * (_elem(a.types["qkv"]) * (2 * a.NH + 4 * a.KVH) * a.HS
+                                             + 2 * F4 * a.NH)),
+    # attention_tc.cu, tensor cores on bf16 q|k|v and dO: the fp32 interface's copies (the casts are
+    # fp32_to_bf16_kernel lines) or act16's tensors themselves. Outputs fp32 (out, dqkv) or bf16 (out16, dqkv16,
+    # act16), the other pointer null (_tc_out). Grid (tiles, heads, B); whole 64x64 tiles on and below the
+    # diagonal are computed (tile_pairs): forward S = QKᵀ and O += PV (2 GEMMs), dK/dV: Sᵀ, dPᵀ, dV, dK (4), dQ: S,
+    # dP, dQ (3), each 2·64·64·HS per tile pair. HS from the dynamic shared memory (the template argument is not a
+    # kernel argument; its bytes past the tiles: kFwdExtraBytes, kDkvExtraBytes, kDqExtraBytes). With segments tiles
+    # whose segment ranges do not meet are skipped: an upper bound then.
     "attention_tc_fwd_kernel": K(
-        "attention_tc.cu", "out lse qkv seg ranges T NH KVH scale scale_log2", "attention_tc",
-        lambda a: 2 * 2 * 64 * 64 * tc_head_size(a.smem, 5, 512) * a.grid[2] * a.NH * tile_pairs(a.T),
-        lambda a: a.grid[2] * a.T * (2 * (a.NH + 2 * a.KVH) * tc_head_size(a.smem, 5, 512)
-                                     + F4 * a.NH * (tc_head_size(a.smem, 5, 512) + 1))),
+        "attention_tc.cu", "out out16 lse qkv seg ranges T NH KVH scale scale_log2", "attention_tc",
+        lambda a: 2 * 2 * 64 * 64 * tc_head_size(a.smem, 5, 10496) * a.grid[2] * a.NH * tile_pairs(a.T),
+        lambda a: a.grid[2] * a.T * ((2 * (a.NH + 2 * a.KVH) + _tc_out(a, "out") * a.NH)
+                                     * tc_head_size(a.smem, 5, 10496) + F4 * a.NH)),
     "attention_tc_bwd_dkv_kernel": K(
-        "attention_tc.cu", "dqkv qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
-        lambda a: 4 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 1536) * a.grid[2] * a.NH * tile_pairs(a.T),
-        lambda a: a.grid[2] * a.T * (2 * (2 * a.NH + 2 * a.KVH) * tc_head_size(a.smem, 6, 1536)
-                                     + 2 * F4 * a.NH + 2 * F4 * a.KVH * tc_head_size(a.smem, 6, 1536))),
+        "attention_tc.cu", "dqkv dqkv16 qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
+        lambda a: 4 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 9728) * a.grid[2] * a.NH * tile_pairs(a.T),
+        lambda a: a.grid[2] * a.T * ((2 * (2 * a.NH + 2 * a.KVH) + 2 * _tc_out(a, "dqkv") * a.KVH)
+                                     * tc_head_size(a.smem, 6, 9728) + 2 * F4 * a.NH)),
     "attention_tc_bwd_dq_kernel": K(
-        "attention_tc.cu", "dqkv qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
-        lambda a: 3 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 512) * a.grid[2] * a.NH * tile_pairs(a.T),
-        lambda a: a.grid[2] * a.T * (2 * (2 * a.NH + 2 * a.KVH) * tc_head_size(a.smem, 6, 512)
-                                     + 2 * F4 * a.NH + F4 * a.NH * tc_head_size(a.smem, 6, 512))),
-    # D = Σ bf16(dO)·O per (b, t, h) row
+        "attention_tc.cu", "dqkv dqkv16 qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
+        lambda a: 3 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 8704) * a.grid[2] * a.NH * tile_pairs(a.T),
+        lambda a: a.grid[2] * a.T * ((2 * (2 * a.NH + 2 * a.KVH) + _tc_out(a, "dqkv") * a.NH)
+                                     * tc_head_size(a.smem, 6, 8704) + 2 * F4 * a.NH)),
+    # D = Σ bf16(dO)·O per (b, t, h) row, O fp32 (the fp32 interface) or bf16 (act16)
     "attention_tc_bwd_delta_kernel": K("attention_tc.cu", "delta dout out rows T NH HS", "attention_tc",
-                                       lambda a: 2 * a.rows * a.HS, lambda a: a.rows * (6 * a.HS + F4)),
+                                       lambda a: 2 * a.rows * a.HS,
+                                       lambda a: a.rows * ((2 + _elem(a.types["out"])) * a.HS + F4)),
     # kv_cache.cu (generation): kv_append copies n = Tq·KVH·HS floats of the new rows' k and v into the caches
     "kv_append_kernel": K("kv_cache.cu", "k_cache v_cache qkv p NH KVH HS n", "memory",
                           lambda a: 0, lambda a: 4 * F4 * a.n),

@@ -17,6 +17,10 @@
 //     chunks; dQ = scale·Σ bf16(dS)·bf16(k) over keys in increasing chunks.
 // Built with -ffp-contract=off (CMakeLists.txt): every other a·b + c rounds twice, as written. Other head
 // sizes: the fp32 attention (kernels/cpu/attention.cpp) of bf16-rounded inputs, as the GPU's fallback.
+// The act16 twins (cpu::act16::attention_{fwd,bwd}, kernels/act16.h): bf16 q|k|v, dO and O widened exactly, then on
+// tensor-core head sizes the same arithmetic (D = Σ dO·O from the stored bf16 O), out and dqkv rounded to bf16 once
+// from the fp32 values the fp32 interface would store; other head sizes: the CUDA-core kernels' formulas
+// (kernels/cuda/attention.cu) as plain fp32 loops, D from the stored bf16 values, outputs rounded once.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/act16.h"
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "sftdp/check.h"
@@ -244,4 +249,130 @@ void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const 
     }
 }
 
+namespace act16 {
+namespace {
+
+using sftdp::act16::to_bf16;
+using sftdp::act16::to_float;
+
+std::vector<float> widened(const uint16_t* x, size_t n) {
+  std::vector<float> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = to_float(x[i]);
+  return r;
+}
+void round_into(uint16_t* dst, const std::vector<float>& src) {
+  for (size_t i = 0; i < src.size(); ++i) dst[i] = to_bf16(src[i]);
+}
+
+// Head sizes without tensor-core kernels, forward (x: the widened q|k|v): per row s = scale·(q·k), i increasing,
+// over the visible keys; m = max s, l = Σ exp(s − m), out = (Σ exp(s − m)·v)·(1/l), lse = m + log l.
+void cuda_core_fwd(float* out, float* lse, const float* x, const int32_t* seg, int B, int T, int NH, int KVH, int HS) {
+  const int QKV = (NH + 2 * KVH) * HS, G = NH / KVH, OC = NH * HS;
+  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const float* rows = x + static_cast<size_t>(b) * T * QKV;
+      const int32_t* sg = seg ? seg + static_cast<size_t>(b) * T : nullptr;
+      const int ko = (NH + h / G) * HS, vo = (NH + KVH + h / G) * HS;
+      std::vector<float> s(T), acc(HS);
+      for (int t = 0; t < T; ++t) {
+        const float* q = rows + static_cast<size_t>(t) * QKV + h * HS;
+        float m = kMasked;
+        for (int j = 0; j <= t; ++j) {
+          if (!visible(t, j, T, sg)) continue;
+          float dot = 0.f;
+          for (int i = 0; i < HS; ++i) dot += q[i] * rows[static_cast<size_t>(j) * QKV + ko + i];
+          s[j] = scale * dot;
+          m = std::max(m, s[j]);
+        }
+        float l = 0.f;
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int j = 0; j <= t; ++j) {
+          if (!visible(t, j, T, sg)) continue;
+          const float p = std::exp(s[j] - m);
+          l += p;
+          for (int i = 0; i < HS; ++i) acc[i] += p * rows[static_cast<size_t>(j) * QKV + vo + i];
+        }
+        const float inv = 1.f / l;
+        for (int i = 0; i < HS; ++i) out[(static_cast<size_t>(b) * T + t) * OC + h * HS + i] = acc[i] * inv;
+        lse[(static_cast<size_t>(b) * NH + h) * T + t] = m + std::log(l);
+      }
+    }
+}
+
+// Head sizes without tensor-core kernels, backward (g, x, o: the widened dO, q|k|v, O): D = Σ dO·O, i increasing;
+// per visible pair P = exp(scale·(q·k) − lse), dP = dO·v, dS = P·(dP − D)·scale; dq = Σ dS·k over keys, dk = Σ dS·q
+// and dv = Σ P·dO over the group's heads in increasing h and their queries in increasing t.
+void cuda_core_bwd(float* dqkv, const float* g, const float* x, const float* o, const float* lse, const int32_t* seg,
+                   int B, int T, int NH, int KVH, int HS) {
+  const int QKV = (NH + 2 * KVH) * HS, G = NH / KVH, OC = NH * HS;
+  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int kvh = 0; kvh < KVH; ++kvh) {
+      const size_t bT = static_cast<size_t>(b) * T;
+      const float* rows = x + bT * QKV;
+      const int32_t* sg = seg ? seg + bT : nullptr;
+      const int ko = (NH + kvh) * HS, vo = (NH + KVH + kvh) * HS;
+      std::vector<float> dk(static_cast<size_t>(T) * HS, 0.f), dv(static_cast<size_t>(T) * HS, 0.f), dq(HS);
+      for (int h = kvh * G; h < (kvh + 1) * G; ++h)
+        for (int t = 0; t < T; ++t) {
+          const float* q = rows + static_cast<size_t>(t) * QKV + h * HS;
+          const float* gt = g + (bT + t) * OC + h * HS;
+          const float* ot = o + (bT + t) * OC + h * HS;
+          float D = 0.f;
+          for (int i = 0; i < HS; ++i) D += gt[i] * ot[i];
+          const float L = lse[(static_cast<size_t>(b) * NH + h) * T + t];
+          std::fill(dq.begin(), dq.end(), 0.f);
+          for (int j = 0; j <= t; ++j) {
+            if (!visible(t, j, T, sg)) continue;
+            const float* k = rows + static_cast<size_t>(j) * QKV + ko;
+            const float* v = rows + static_cast<size_t>(j) * QKV + vo;
+            float qk = 0.f, dp = 0.f;
+            for (int i = 0; i < HS; ++i) qk += q[i] * k[i], dp += gt[i] * v[i];
+            const float p = std::exp(scale * qk - L), ds = p * (dp - D) * scale;
+            for (int i = 0; i < HS; ++i) {
+              dq[i] += ds * k[i];
+              dk[static_cast<size_t>(j) * HS + i] += ds * q[i];
+              dv[static_cast<size_t>(j) * HS + i] += p * gt[i];
+            }
+          }
+          std::copy(dq.begin(), dq.end(), dqkv + (bT + t) * QKV + h * HS);
+        }
+      for (int j = 0; j < T; ++j) {
+        std::copy_n(dk.data() + static_cast<size_t>(j) * HS, HS, dqkv + (bT + j) * QKV + ko);
+        std::copy_n(dv.data() + static_cast<size_t>(j) * HS, HS, dqkv + (bT + j) * QKV + vo);
+      }
+    }
+}
+
+}  // namespace
+
+void attention_fwd(uint16_t* out, float* lse, const uint16_t* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
+                   int HS) {
+  check_dims("act16::attention_fwd", B, T, NH, KVH, HS);
+  const std::vector<float> x = widened(qkv, static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS);
+  std::vector<float> o(static_cast<size_t>(B) * T * NH * HS);
+  if (attention_bf16::tensor_cores(HS))
+    attention_fwd_bf16(o.data(), lse, x.data(), seg, B, T, NH, KVH, HS);  // its rounding of x changes nothing
+  else
+    cuda_core_fwd(o.data(), lse, x.data(), seg, B, T, NH, KVH, HS);
+  round_into(out, o);
+}
+
+void attention_bwd(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out, const float* lse,
+                   const int32_t* seg, int B, int T, int NH, int KVH, int HS) {
+  check_dims("act16::attention_bwd", B, T, NH, KVH, HS);
+  const size_t n_qkv = static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS, n_out = static_cast<size_t>(B) * T * NH * HS;
+  const std::vector<float> x = widened(qkv, n_qkv), g = widened(dout, n_out), o = widened(out, n_out);
+  std::vector<float> d(n_qkv);
+  if (attention_bf16::tensor_cores(HS))
+    attention_bwd_bf16(d.data(), g.data(), x.data(), o.data(), lse, seg, B, T, NH, KVH, HS);
+  else
+    cuda_core_bwd(d.data(), g.data(), x.data(), o.data(), lse, seg, B, T, NH, KVH, HS);
+  round_into(dqkv, d);
+}
+
+}  // namespace act16
 }  // namespace sftdp::cpu

@@ -86,6 +86,8 @@ const Ops& cpu_ops() {
       .kv_attention_fwd = cpu::kv_attention_fwd,
       .act16 =  // the bf16 activation path's CPU twins (kernels/act16.h), filled as they land
           {
+              .attention_fwd = cpu::act16::attention_fwd,
+              .attention_bwd = cpu::act16::attention_bwd,
               .linear_fwd = cpu::act16::linear_fwd,
               .linear_bwd = cpu::act16::linear_bwd,
               .cross_entropy_fwd_bwd = cpu::act16::cross_entropy_fwd_bwd,

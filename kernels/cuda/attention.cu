@@ -24,10 +24,11 @@
 // stays out). Every sum's order is fixed by the shape, so the bits are the same on every run; the
 // scores' and sums' orders do not depend on how many warps a block has.
 // Accumulation: out =, lse =, dqkv =.
-// bf16 inputs (the kBf16 instances: the cuda-bf16 table's fallback for head sizes without tensor-core
-// kernels, attention_tc.cu): q, k, v and dO are rounded to bf16 as they are read (to nearest even, as
-// the GEMMs' copies), everything else as fp32: the fp32 attention of the rounded inputs, and D = Σ
-// bf16(dO)·O.
+// What the kernels read and write (Io): fp32 tensors (attention_fwd/bwd); fp32 tensors with q, k, v and dO rounded to
+// bf16 as they are read (to nearest even, as the GEMMs' copies; the cuda-bf16 table's fallback for head sizes without
+// tensor-core kernels, attention_tc.cu): the fp32 attention of the rounded inputs, and D = Σ bf16(dO)·O; or bf16
+// storage (act16, kernels/act16.h, the same fallback on the bf16 activation path): q|k|v, dO and O bf16, widened
+// exactly as read (D = Σ dO·O from the stored values), out and dqkv rounded to bf16 once as written; lse fp32 always.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -35,6 +36,7 @@
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/cuda/attention_cuda_cores.h"
 #include "kernels/cuda/common.cuh"
 
 
@@ -45,10 +47,31 @@ constexpr int kMaxHS = 256;
 constexpr int kWarps = 4;     // at most, per block
 constexpr int kTile = kWarp;  // rows of a shared tile: one per lane
 
-// One instance of the kernels: bf16-rounded inputs or not, S slices of 32 columns.
-template <bool kBf16_, int S_>
+using bf16 = __nv_bfloat16;
+// The three ways of reading and writing (see the top of this file): In is the element type of q|k|v, dO and O, Out
+// that of out and dqkv; kRound rounds fp32 inputs to bf16 as they are read.
+struct Fp32Io {
+  using In = float;
+  using Out = float;
+  static constexpr bool kRound = false;
+};
+struct RoundedIo {
+  using In = float;
+  using Out = float;
+  static constexpr bool kRound = true;
+};
+struct Bf16Io {
+  using In = bf16;
+  using Out = bf16;
+  static constexpr bool kRound = false;
+};
+
+// One instance of the kernels: its Io, S slices of 32 columns.
+template <class Io_, int S_>
 struct Config {
-  static constexpr bool kBf16 = kBf16_;
+  using Io = Io_;
+  using In = typename Io::In;
+  using Out = typename Io::Out;
   static constexpr int S = S_;
   static constexpr int kWidth = kWarp * S;    // columns of a row held by a warp (>= HS)
   static constexpr int kStride = kWidth + 1;  // padded row of a tile read lane-per-row
@@ -65,11 +88,20 @@ struct Config {
 // Warps per block for T rows, R per warp: up to kWarps, fewer when T is short.
 inline int block_warps(int T, int R) { return static_cast<int>(ceil_div(T, R) < kWarps ? ceil_div(T, R) : kWarps); }
 
-// An input element as attention reads it: itself, or rounded to bf16 (and widened back exactly).
-template <bool kBf16>
-__device__ __forceinline__ float input(float x) {
-  if constexpr (kBf16) return __bfloat162float(__float2bfloat16_rn(x));
-  return x;
+// An element of q|k|v or dO as attention reads it: itself, rounded to bf16 (and widened back exactly), or widened.
+template <class Io>
+__device__ __forceinline__ float input(typename Io::In x) {
+  if constexpr (Io::kRound) return __bfloat162float(__float2bfloat16_rn(x));
+  else if constexpr (std::is_same_v<typename Io::In, bf16>) return __bfloat162float(x);
+  else return x;
+}
+// An element of O as stored (D reads it unrounded), and an output element as stored (bf16: rounded once).
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(bf16 x) { return __bfloat162float(x); }
+template <class Out>
+__device__ __forceinline__ Out output(float x) {
+  if constexpr (std::is_same_v<Out, bf16>) return __float2bfloat16_rn(x);
+  else return x;
 }
 
 // Whether some query of [q0, q1) (at most 32) may see some key of [k0, k1) (ranges clipped to T): a
@@ -97,11 +129,11 @@ __device__ bool block_any_visible(int call, int q0, int q1, int k0, int k1, cons
 
 // Rows [0, n) of an HS-wide slice (src: its row 0, row stride ld) into `dst` (row stride `stride`)
 // as attention reads them; rows [n, rows) zero.
-template <bool kBf16>
-__device__ void load_rows(float* dst, int stride, const float* src, size_t ld, int n, int rows, int HS) {
+template <class Io>
+__device__ void load_rows(float* dst, int stride, const typename Io::In* src, size_t ld, int n, int rows, int HS) {
   for (int idx = threadIdx.x; idx < rows * HS; idx += blockDim.x) {
     const int r = idx / HS, i = idx % HS;
-    dst[r * stride + i] = r < n ? input<kBf16>(src[static_cast<size_t>(r) * ld + i]) : 0.f;
+    dst[r * stride + i] = r < n ? input<Io>(src[static_cast<size_t>(r) * ld + i]) : 0.f;
   }
 }
 
@@ -139,14 +171,16 @@ __device__ __forceinline__ void add_weighted_rows(float (&acc)[S], int j0, int j
 }
 
 // What every kernel of one (b, head) needs: grid (row blocks, B·heads).
+template <class In>
 struct Head {
   int b, h, QKV;
-  const float* rows;       // qkv of batch row b
+  const In* rows;          // qkv of batch row b
   const int32_t* seg_row;  // its segment ids, or null
   float scale;             // 1/sqrt(HS)
 };
-__device__ Head head_of(const float* qkv, const int32_t* seg, int T, int heads, int NH, int KVH, int HS) {
-  Head hd;
+template <class In>
+__device__ Head<In> head_of(const In* qkv, const int32_t* seg, int T, int heads, int NH, int KVH, int HS) {
+  Head<In> hd;
   hd.b = blockIdx.y / heads, hd.h = blockIdx.y % heads;
   hd.QKV = (NH + 2 * KVH) * HS;
   hd.rows = qkv + static_cast<size_t>(hd.b) * T * hd.QKV;
@@ -157,9 +191,9 @@ __device__ Head head_of(const float* qkv, const int32_t* seg, int T, int heads, 
 
 // grid (ceil(T / Br), B·NH), block warps·32 (block_warps). Row t = r0 + warp·R + r.
 template <class C>
-__global__ void attention_fwd_kernel(float* out, float* lse, const float* qkv, const int32_t* seg, int T, int NH,
-                                     int KVH, int HS) {
-  constexpr bool kBf16 = C::kBf16;
+__global__ void attention_fwd_kernel(typename C::Out* out, float* lse, const typename C::In* qkv, const int32_t* seg,
+                                     int T, int NH, int KVH, int HS) {
+  using Io = typename C::Io;
   constexpr int S = C::S, R = C::kQueryRows, W = C::kWidth, kMaxRows = kWarps * R;
   __shared__ float q_tile[kMaxRows * W];      // the block's q rows
   __shared__ float kv_tile[C::kTileFloats];   // a key tile's k rows and v rows (or k, then v)
@@ -168,12 +202,12 @@ __global__ void attention_fwd_kernel(float* out, float* lse, const float* qkv, c
   __shared__ float l_tile[kMaxRows * kTile];  // at the end: each lane's share of each row's l
   __shared__ int32_t seg_tile[kTile];
   __shared__ int slots[2 * kWarp];
-  const Head hd = head_of(qkv, seg, T, NH, NH, KVH, HS);
+  const auto hd = head_of(qkv, seg, T, NH, NH, KVH, HS);
   const int kvh = hd.h / (NH / KVH), lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int rows = blockDim.x / kWarp * R, r0 = blockIdx.x * rows, r1 = min(T, r0 + rows), wr0 = r0 + warp * R;
   float* k_tile = kv_tile;
   float* v_tile = C::kBothTiles ? kv_tile + kTile * C::kStride : kv_tile;
-  load_rows<kBf16>(q_tile, W, hd.rows + static_cast<size_t>(r0) * hd.QKV + hd.h * HS, hd.QKV, r1 - r0, rows, HS);
+  load_rows<Io>(q_tile, W, hd.rows + static_cast<size_t>(r0) * hd.QKV + hd.h * HS, hd.QKV, r1 - r0, rows, HS);
   int32_t seg_t[R];
   float m[R], l[R], shrink[R], acc[R][S];
   SFTDP_UNROLL
@@ -183,14 +217,14 @@ __global__ void attention_fwd_kernel(float* out, float* lse, const float* qkv, c
     SFTDP_UNROLL
     for (int s = 0; s < S; ++s) acc[r][s] = 0.f;
   }
-  const float* k_rows = hd.rows + static_cast<size_t>(NH + kvh) * HS;
-  const float* v_rows = hd.rows + static_cast<size_t>(NH + KVH + kvh) * HS;
+  const auto* k_rows = hd.rows + static_cast<size_t>(NH + kvh) * HS;
+  const auto* v_rows = hd.rows + static_cast<size_t>(NH + KVH + kvh) * HS;
   for (int c0 = 0, call = 0; c0 < r1; c0 += kTile, ++call) {
     const int n = min(kTile, T - c0);
     if (!block_any_visible(call, r0, r1, c0, c0 + n, hd.seg_row, slots)) continue;
-    load_rows<kBf16>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+    load_rows<Io>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
     if constexpr (C::kBothTiles)
-      load_rows<kBf16>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+      load_rows<Io>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
     load_segments(seg_tile, hd.seg_row, c0, n);
     __syncthreads();
     float dot[R];
@@ -222,7 +256,7 @@ __global__ void attention_fwd_kernel(float* out, float* lse, const float* qkv, c
       __syncwarp();  // the warp's P rows are written
     } else {
       __syncthreads();  // every warp is done with the k rows (and its P rows are written)
-      load_rows<kBf16>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+      load_rows<Io>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
       __syncthreads();
     }
     SFTDP_UNROLL
@@ -243,34 +277,35 @@ __global__ void attention_fwd_kernel(float* out, float* lse, const float* qkv, c
     float sum = 0.f;  // every lane adds the 32 lane sums in the same order: the same bits
     for (int j = 0; j < kTile; ++j) sum += l_tile[(warp * R + r) * kTile + j];
     const float inv = 1.f / sum;  // sum >= 1: t always sees itself
-    float* o = out + (static_cast<size_t>(hd.b) * T + t) * NH * HS + hd.h * HS;
+    auto* o = out + (static_cast<size_t>(hd.b) * T + t) * NH * HS + hd.h * HS;
     SFTDP_UNROLL
     for (int s = 0; s < S; ++s)
-      if (s * kWarp + lane < HS) o[s * kWarp + lane] = acc[r][s] * inv;
+      if (s * kWarp + lane < HS) o[s * kWarp + lane] = output<typename C::Out>(acc[r][s] * inv);
     if (lane == 0) lse[(static_cast<size_t>(hd.b) * NH + hd.h) * T + t] = m[r] + logf(sum);
   }
 }
 
-// D[b,h,t] = Σ_i dO[b,t,h,i]·O[b,t,h,i]: one thread per (b, h, t), i in increasing order.
-template <bool kBf16>
-__global__ void attention_bwd_delta_kernel(float* delta, const float* dout, const float* out, int B, int T, int NH,
-                                           int HS) {
+// D[b,h,t] = Σ_i dO[b,t,h,i]·O[b,t,h,i] (O as stored): one thread per (b, h, t), i in increasing order.
+template <class Io>
+__global__ void attention_bwd_delta_kernel(float* delta, const typename Io::In* dout, const typename Io::In* out,
+                                           int B, int T, int NH, int HS) {
   const size_t n = static_cast<size_t>(B) * NH * T;
   for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t t = idx % T, h = idx / T % NH, b = idx / (static_cast<size_t>(T) * NH);
     const size_t at = (b * T + t) * NH * HS + h * HS;
     float s = 0.f;
-    for (int i = 0; i < HS; ++i) s += input<kBf16>(dout[at + i]) * out[at + i];
+    for (int i = 0; i < HS; ++i) s += input<Io>(dout[at + i]) * widen(out[at + i]);
     delta[idx] = s;
   }
 }
 
 // dq row t = scale·Σ_j dS·k_j, dS = P·(dP − D): grid and block as forward.
 template <class C>
-__global__ void attention_bwd_dq_kernel(float* dqkv, const float* delta, const float* dout, const float* qkv,
-                                        const float* lse, const int32_t* seg, int T, int NH, int KVH, int HS) {
-  constexpr bool kBf16 = C::kBf16;
+__global__ void attention_bwd_dq_kernel(typename C::Out* dqkv, const float* delta, const typename C::In* dout,
+                                        const typename C::In* qkv, const float* lse, const int32_t* seg, int T, int NH,
+                                        int KVH, int HS) {
+  using Io = typename C::Io;
   constexpr int S = C::S, R = C::kQueryRows, W = C::kWidth, kMaxRows = kWarps * R;
   __shared__ float q_tile[kMaxRows * W];       // the block's q rows
   __shared__ float g_tile[kMaxRows * W];       // and their dO rows
@@ -278,14 +313,14 @@ __global__ void attention_bwd_dq_kernel(float* dqkv, const float* delta, const f
   __shared__ float ds_tile[kMaxRows * kTile];  // dS of each row for the tile's keys
   __shared__ int32_t seg_tile[kTile];
   __shared__ int slots[2 * kWarp];
-  const Head hd = head_of(qkv, seg, T, NH, NH, KVH, HS);
+  const auto hd = head_of(qkv, seg, T, NH, NH, KVH, HS);
   const int kvh = hd.h / (NH / KVH), lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int rows = blockDim.x / kWarp * R, r0 = blockIdx.x * rows, r1 = min(T, r0 + rows), wr0 = r0 + warp * R;
   const int OC = NH * HS;
   float* k_tile = kv_tile;
   float* v_tile = C::kBothTiles ? kv_tile + kTile * C::kStride : kv_tile;
-  load_rows<kBf16>(q_tile, W, hd.rows + static_cast<size_t>(r0) * hd.QKV + hd.h * HS, hd.QKV, r1 - r0, rows, HS);
-  load_rows<kBf16>(g_tile, W, dout + (static_cast<size_t>(hd.b) * T + r0) * OC + hd.h * HS, OC, r1 - r0, rows, HS);
+  load_rows<Io>(q_tile, W, hd.rows + static_cast<size_t>(r0) * hd.QKV + hd.h * HS, hd.QKV, r1 - r0, rows, HS);
+  load_rows<Io>(g_tile, W, dout + (static_cast<size_t>(hd.b) * T + r0) * OC + hd.h * HS, OC, r1 - r0, rows, HS);
   int32_t seg_t[R];
   float lse_t[R], delta_t[R], dq[R][S];
   SFTDP_UNROLL
@@ -297,21 +332,21 @@ __global__ void attention_bwd_dq_kernel(float* dqkv, const float* delta, const f
     SFTDP_UNROLL
     for (int s = 0; s < S; ++s) dq[r][s] = 0.f;
   }
-  const float* k_rows = hd.rows + static_cast<size_t>(NH + kvh) * HS;
-  const float* v_rows = hd.rows + static_cast<size_t>(NH + KVH + kvh) * HS;
+  const auto* k_rows = hd.rows + static_cast<size_t>(NH + kvh) * HS;
+  const auto* v_rows = hd.rows + static_cast<size_t>(NH + KVH + kvh) * HS;
   for (int c0 = 0, call = 0; c0 < r1; c0 += kTile, ++call) {
     const int n = min(kTile, T - c0);
     if (!block_any_visible(call, r0, r1, c0, c0 + n, hd.seg_row, slots)) continue;
-    load_rows<kBf16>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+    load_rows<Io>(v_tile, C::kStride, v_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
     if constexpr (C::kBothTiles)
-      load_rows<kBf16>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+      load_rows<Io>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
     load_segments(seg_tile, hd.seg_row, c0, n);
     __syncthreads();
     float dp[R], dot[R];
     lane_dots(dp, g_tile + warp * R * W, W, v_tile + lane * C::kStride, lane < n, HS);  // dO_t·v_j, j = c0 + lane
     if constexpr (!C::kBothTiles) {
       __syncthreads();  // every warp is done with the v rows
-      load_rows<kBf16>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
+      load_rows<Io>(k_tile, C::kStride, k_rows + static_cast<size_t>(c0) * hd.QKV, hd.QKV, n, n, HS);
       __syncthreads();
     }
     lane_dots(dot, q_tile + warp * R * W, W, k_tile + lane * C::kStride, lane < n, HS);  // q_t·k_j
@@ -333,10 +368,10 @@ __global__ void attention_bwd_dq_kernel(float* dqkv, const float* delta, const f
   for (int r = 0; r < R; ++r) {
     const int t = wr0 + r;
     if (t >= T) continue;
-    float* d = dqkv + (static_cast<size_t>(hd.b) * T + t) * hd.QKV + hd.h * HS;
+    auto* d = dqkv + (static_cast<size_t>(hd.b) * T + t) * hd.QKV + hd.h * HS;
     SFTDP_UNROLL
     for (int s = 0; s < S; ++s)
-      if (s * kWarp + lane < HS) d[s * kWarp + lane] = dq[r][s];
+      if (s * kWarp + lane < HS) d[s * kWarp + lane] = output<typename C::Out>(dq[r][s]);
   }
 }
 
@@ -344,9 +379,10 @@ __global__ void attention_bwd_dq_kernel(float* dqkv, const float* delta, const f
 // j = c0 + warp·R + r). Query tiles of 32 queries (lane i: query t0 + i): q rows and dO rows at once
 // up to S = 4, else q, then dO, then q again.
 template <class C>
-__global__ void attention_bwd_dkv_kernel(float* dqkv, const float* delta, const float* dout, const float* qkv,
-                                         const float* lse, const int32_t* seg, int T, int NH, int KVH, int HS) {
-  constexpr bool kBf16 = C::kBf16;
+__global__ void attention_bwd_dkv_kernel(typename C::Out* dqkv, const float* delta, const typename C::In* dout,
+                                         const typename C::In* qkv, const float* lse, const int32_t* seg, int T,
+                                         int NH, int KVH, int HS) {
+  using Io = typename C::Io;
   constexpr int S = C::S, R = C::kKeyRows, W = C::kWidth, kMaxRows = kWarps * R;
   __shared__ float k_tile[kMaxRows * W];     // the block's k rows
   __shared__ float v_tile[kMaxRows * W];     // and v rows
@@ -354,13 +390,13 @@ __global__ void attention_bwd_dkv_kernel(float* dqkv, const float* delta, const 
   __shared__ float p_tile[kMaxRows * kTile], ds_tile[kMaxRows * kTile];  // P, dS of each key row
   __shared__ int32_t seg_tile[kTile];
   __shared__ int slots[2 * kWarp];
-  const Head hd = head_of(qkv, seg, T, KVH, NH, KVH, HS);
+  const auto hd = head_of(qkv, seg, T, KVH, NH, KVH, HS);
   const int kvh = hd.h, G = NH / KVH, OC = NH * HS, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int rows = blockDim.x / kWarp * R, c0 = blockIdx.x * rows, c1 = min(T, c0 + rows), wc0 = c0 + warp * R;
   float* q_tile = qg_tile;
   float* g_tile = C::kBothTiles ? qg_tile + kTile * C::kStride : qg_tile;
-  load_rows<kBf16>(k_tile, W, hd.rows + static_cast<size_t>(c0) * hd.QKV + (NH + kvh) * HS, hd.QKV, c1 - c0, rows, HS);
-  load_rows<kBf16>(v_tile, W, hd.rows + static_cast<size_t>(c0) * hd.QKV + (NH + KVH + kvh) * HS, hd.QKV, c1 - c0, rows,
+  load_rows<Io>(k_tile, W, hd.rows + static_cast<size_t>(c0) * hd.QKV + (NH + kvh) * HS, hd.QKV, c1 - c0, rows, HS);
+  load_rows<Io>(v_tile, W, hd.rows + static_cast<size_t>(c0) * hd.QKV + (NH + KVH + kvh) * HS, hd.QKV, c1 - c0, rows,
                    HS);
   int32_t seg_c[R];
   float dk[R][S], dv[R][S];
@@ -380,14 +416,14 @@ __global__ void attention_bwd_dkv_kernel(float* dqkv, const float* delta, const 
     }
     const float* lse_h = lse + (static_cast<size_t>(hd.b) * NH + h) * T;
     const float* delta_h = delta + (static_cast<size_t>(hd.b) * NH + h) * T;
-    const float* q_rows = hd.rows + static_cast<size_t>(h) * HS;
-    const float* g_rows = dout + static_cast<size_t>(hd.b) * T * OC + static_cast<size_t>(h) * HS;
+    const auto* q_rows = hd.rows + static_cast<size_t>(h) * HS;
+    const auto* g_rows = dout + static_cast<size_t>(hd.b) * T * OC + static_cast<size_t>(h) * HS;
     for (int t0 = c0 / kTile * kTile; t0 < T; t0 += kTile, ++call) {  // from the query tile holding key c0
       const int n = min(kTile, T - t0), t = t0 + lane;                // lane's query
       if (!block_any_visible(call, t0, t0 + n, c0, c1, hd.seg_row, slots)) continue;
-      load_rows<kBf16>(q_tile, C::kStride, q_rows + static_cast<size_t>(t0) * hd.QKV, hd.QKV, n, n, HS);
+      load_rows<Io>(q_tile, C::kStride, q_rows + static_cast<size_t>(t0) * hd.QKV, hd.QKV, n, n, HS);
       if constexpr (C::kBothTiles)
-        load_rows<kBf16>(g_tile, C::kStride, g_rows + static_cast<size_t>(t0) * OC, OC, n, n, HS);
+        load_rows<Io>(g_tile, C::kStride, g_rows + static_cast<size_t>(t0) * OC, OC, n, n, HS);
       load_segments(seg_tile, hd.seg_row, t0, n);
       const float lse_i = lane < n ? lse_h[t] : 0.f, delta_i = lane < n ? delta_h[t] : 0.f;
       __syncthreads();
@@ -404,7 +440,7 @@ __global__ void attention_bwd_dkv_kernel(float* dqkv, const float* delta, const 
       }
       if constexpr (!C::kBothTiles) {
         __syncthreads();  // every warp is done with the q rows
-        load_rows<kBf16>(g_tile, C::kStride, g_rows + static_cast<size_t>(t0) * OC, OC, n, n, HS);
+        load_rows<Io>(g_tile, C::kStride, g_rows + static_cast<size_t>(t0) * OC, OC, n, n, HS);
         __syncthreads();
       }
       lane_dots(dot, v_tile + warp * R * W, W, g_tile + lane * C::kStride, lane < n, HS);  // v_j·dO_t
@@ -419,7 +455,7 @@ __global__ void attention_bwd_dkv_kernel(float* dqkv, const float* delta, const 
         add_weighted_rows<S>(hv[r], i0[r], n, seg_tile, seg_c[r], p_tile + (warp * R + r) * kTile, g_tile, lane, HS);
       if constexpr (!C::kBothTiles) {
         __syncthreads();  // every warp is done with the dO rows
-        load_rows<kBf16>(q_tile, C::kStride, q_rows + static_cast<size_t>(t0) * hd.QKV, hd.QKV, n, n, HS);
+        load_rows<Io>(q_tile, C::kStride, q_rows + static_cast<size_t>(t0) * hd.QKV, hd.QKV, n, n, HS);
         __syncthreads();
       }
       SFTDP_UNROLL
@@ -439,13 +475,13 @@ __global__ void attention_bwd_dkv_kernel(float* dqkv, const float* delta, const 
   for (int r = 0; r < R; ++r) {
     const int j = wc0 + r;
     if (j >= T) continue;
-    float* d = dqkv + (static_cast<size_t>(hd.b) * T + j) * hd.QKV;
+    auto* d = dqkv + (static_cast<size_t>(hd.b) * T + j) * hd.QKV;
     SFTDP_UNROLL
     for (int s = 0; s < S; ++s) {
       const int i = s * kWarp + lane;
       if (i >= HS) continue;
-      d[(NH + kvh) * HS + i] = dk[r][s];
-      d[(NH + KVH + kvh) * HS + i] = dv[r][s];
+      d[(NH + kvh) * HS + i] = output<typename C::Out>(dk[r][s]);
+      d[(NH + KVH + kvh) * HS + i] = output<typename C::Out>(dv[r][s]);
     }
   }
 }
@@ -467,13 +503,13 @@ void with_slices(int HS, F f) {
   return f(std::integral_constant<int, 8>{});
 }
 
-template <bool kBf16>
-void forward(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH, int HS,
-             cudaStream_t stream) {
+template <class Io>
+void forward(typename Io::Out* out, float* lse, const typename Io::In* qkv, const int32_t* seg, int B, int T, int NH,
+             int KVH, int HS, cudaStream_t stream) {
   check_dims("attention_fwd", B, T, NH, KVH, HS);
   if (B == 0) return;
   with_slices(HS, [&](auto slices) {
-    using Cfg = Config<kBf16, decltype(slices)::value>;
+    using Cfg = Config<Io, decltype(slices)::value>;
     const int warps = block_warps(T, Cfg::kQueryRows);
     const dim3 grid(static_cast<unsigned>(ceil_div(T, warps * Cfg::kQueryRows)), static_cast<unsigned>(B * NH));
     SFTDP_LAUNCH(attention_fwd_kernel<Cfg>, grid, warps * kWarp, 0, stream, out, lse, qkv, seg, T, NH, KVH, HS);
@@ -481,19 +517,20 @@ void forward(float* out, float* lse, const float* qkv, const int32_t* seg, int B
   });
 }
 
-template <bool kBf16>
-void backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, const int32_t* seg,
-              int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
+template <class Io>
+void backward(typename Io::Out* dqkv, const typename Io::In* dout, const typename Io::In* qkv,
+              const typename Io::In* out, const float* lse, const int32_t* seg, int B, int T, int NH, int KVH, int HS,
+              cudaStream_t stream) {
   check_dims("attention_bwd", B, T, NH, KVH, HS);
   if (B == 0) return;
   const size_t rows_bht = static_cast<size_t>(B) * NH * T;
   float* delta = scratch_as<float>(Scratch::kAttnDelta, rows_bht);
   constexpr int kBlock = 256;
-  SFTDP_LAUNCH(attention_bwd_delta_kernel<kBf16>, elementwise_blocks(rows_bht, kBlock), kBlock, 0, stream, delta, dout,
+  SFTDP_LAUNCH(attention_bwd_delta_kernel<Io>, elementwise_blocks(rows_bht, kBlock), kBlock, 0, stream, delta, dout,
                out, B, T, NH, HS);
   CHECK_LAUNCH();
   with_slices(HS, [&](auto slices) {
-    using Cfg = Config<kBf16, decltype(slices)::value>;
+    using Cfg = Config<Io, decltype(slices)::value>;
     const int q_warps = block_warps(T, Cfg::kQueryRows), k_warps = block_warps(T, Cfg::kKeyRows);
     const dim3 q_grid(static_cast<unsigned>(ceil_div(T, q_warps * Cfg::kQueryRows)), static_cast<unsigned>(B * NH));
     SFTDP_LAUNCH(attention_bwd_dq_kernel<Cfg>, q_grid, q_warps * kWarp, 0, stream, dqkv, delta, dout, qkv, lse, seg, T,
@@ -510,22 +547,36 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* out
 
 void attention_fwd(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH, int HS,
                    cudaStream_t stream) {
-  forward<false>(out, lse, qkv, seg, B, T, NH, KVH, HS, stream);
+  forward<Fp32Io>(out, lse, qkv, seg, B, T, NH, KVH, HS, stream);
 }
 
 void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                    const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
-  backward<false>(dqkv, dout, qkv, out, lse, seg, B, T, NH, KVH, HS, stream);
+  backward<Fp32Io>(dqkv, dout, qkv, out, lse, seg, B, T, NH, KVH, HS, stream);
 }
 
 void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
                         int HS, cudaStream_t stream) {
-  forward<true>(out, lse, qkv, seg, B, T, NH, KVH, HS, stream);
+  forward<RoundedIo>(out, lse, qkv, seg, B, T, NH, KVH, HS, stream);
 }
 
 void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
-  backward<true>(dqkv, dout, qkv, out, lse, seg, B, T, NH, KVH, HS, stream);
+  backward<RoundedIo>(dqkv, dout, qkv, out, lse, seg, B, T, NH, KVH, HS, stream);
+}
+
+void act16::attention_fwd_cuda_cores(uint16_t* out, float* lse, const uint16_t* qkv, const int32_t* seg, int B, int T,
+                                     int NH, int KVH, int HS, cudaStream_t stream) {
+  forward<Bf16Io>(reinterpret_cast<bf16*>(out), lse, reinterpret_cast<const bf16*>(qkv), seg, B, T, NH, KVH, HS,
+                  stream);
+}
+
+void act16::attention_bwd_cuda_cores(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
+                                     const float* lse, const int32_t* seg, int B, int T, int NH, int KVH, int HS,
+                                     cudaStream_t stream) {
+  backward<Bf16Io>(reinterpret_cast<bf16*>(dqkv), reinterpret_cast<const bf16*>(dout),
+                   reinterpret_cast<const bf16*>(qkv), reinterpret_cast<const bf16*>(out), lse, seg, B, T, NH, KVH, HS,
+                   stream);
 }
 
 }  // namespace sftdp::cuda

@@ -128,6 +128,8 @@ constexpr Ops make_cuda_ops() {
       .kv_attention_fwd = on_stream<&cpu::kv_attention_fwd, &cuda::kv_attention_fwd>(),
       .act16 =  // the bf16 activation path (kernels/act16.h), filled as its twins land
           {
+              .attention_fwd = on_stream<&cpu::act16::attention_fwd, &cuda::act16::attention_fwd>(),
+              .attention_bwd = on_stream<&cpu::act16::attention_bwd, &cuda::act16::attention_bwd>(),
               .linear_fwd = on_stream<&cpu::act16::linear_fwd, &cuda::act16::linear_fwd>(),
               .linear_bwd = on_stream<&cpu::act16::linear_bwd, &cuda::act16::linear_bwd>(),
               .cross_entropy_fwd_bwd =

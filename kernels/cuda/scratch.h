@@ -19,8 +19,10 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // gemm.cu's kWorkspac
 // The cuBLASLt workspace; with bf16 GEMM inputs (the cuda-bf16 table) bf16 copies of the two
 // largest GEMM operands (kGemmA16, kGemmB16) and of matmul_bwd's dout, rounded once (kGemmDout16),
 // and the tensor-core attention's bf16 copies of q, k, v and dO with its tiles' segment ranges
-// (kAttnQkv16, kAttnDout16, kAttnRanges); column partials (kColumnPartials), the cross-entropy's rows
-// (kCrossEntropyRows), attention's D (kAttnDelta) and the encoder's buckets (kEncoderBuckets).
+// (kAttnQkv16, kAttnDout16, kAttnRanges: the act16 entries read bf16 where it is and use only the
+// ranges, but the table's fp32-interface entries still make the copies); column partials
+// (kColumnPartials), the cross-entropy's rows (kCrossEntropyRows), attention's D (kAttnDelta) and the
+// encoder's buckets (kEncoderBuckets).
 template <GemmInputs inputs>
 size_t scratch_bytes(const ScratchShape& s) {
   constexpr bool bf16 = inputs == GemmInputs::kBf16;
