@@ -53,21 +53,19 @@ __device__ __forceinline__ T from_float(float x) {
 #endif
 
 namespace vec_detail {
+// The 16 bytes of a Vec as one int4 (both 16-byte aligned): what a 128-bit access moves. Through the
+// int4 lvalue, not memcpy, so the compiler keeps the alignment and emits one v4 access.
 template <class T>
-__device__ __forceinline__ int4 bits_of(const Vec<T>& v) {
-  int4 b;
-  memcpy(&b, static_cast<const void*>(&v), sizeof b);
-  return b;
+__device__ __forceinline__ int4& bits(Vec<T>& v) {
+  return *reinterpret_cast<int4*>(&v);
 }
 template <class T>
-__device__ __forceinline__ Vec<T> vec_of(const int4& b) {
-  Vec<T> v;
-  memcpy(static_cast<void*>(&v), &b, sizeof v);
-  return v;
+__device__ __forceinline__ const int4& bits(const Vec<T>& v) {
+  return *reinterpret_cast<const int4*>(&v);
 }
 }  // namespace vec_detail
 
-// p must be 16-byte aligned (global or shared memory).
+// p: 16-byte aligned global memory (load_vec and store_vec), read or written by the next ops as usual.
 template <class T>
 __device__ __forceinline__ Vec<T> load_vec(const T* p SFTDP_VEC_SITE) {
 #ifdef SFTDP_CUDA_SIM
@@ -78,7 +76,9 @@ __device__ __forceinline__ Vec<T> load_vec(const T* p SFTDP_VEC_SITE) {
     std::memset(static_cast<void*>(&v), 0, sizeof v);
   return v;
 #else
-  return vec_detail::vec_of<T>(*reinterpret_cast<const int4*>(p));
+  Vec<T> v;
+  vec_detail::bits(v) = *reinterpret_cast<const int4*>(p);
+  return v;
 #endif
 }
 // Streaming load (ld.global.cs): global memory read once, kept out of the way of the cache.
@@ -87,7 +87,9 @@ __device__ __forceinline__ Vec<T> load_vec_cs(const T* p SFTDP_VEC_SITE) {
 #ifdef SFTDP_CUDA_SIM
   return load_vec(p, file, line);
 #else
-  return vec_detail::vec_of<T>(__ldcs(reinterpret_cast<const int4*>(p)));
+  Vec<T> v;
+  vec_detail::bits(v) = __ldcs(reinterpret_cast<const int4*>(p));
+  return v;
 #endif
 }
 template <class T>
@@ -96,7 +98,9 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T>& v SFTDP_VEC_SITE) 
   if (::sftdp::sim::check_vector_access(p, kVecBytes, /*store=*/true, file, line))
     std::memcpy(static_cast<void*>(p), static_cast<const void*>(&v), sizeof v);
 #else
-  *reinterpret_cast<int4*>(p) = vec_detail::bits_of(v);
+  // st.global.wb.v4 (the default policy) as one instruction: a plain int4 store may be split into four
+  // scalar ones (seen in swiglu_fwd_kernel's PTX, nvcc 13.0) when the compiler loses track of the alignment.
+  __stwb(reinterpret_cast<int4*>(p), vec_detail::bits(v));
 #endif
 }
 // Streaming store (st.global.cs): what no kernel of this step reads again soon.
@@ -105,7 +109,7 @@ __device__ __forceinline__ void store_vec_cs(T* p, const Vec<T>& v SFTDP_VEC_SIT
 #ifdef SFTDP_CUDA_SIM
   store_vec(p, v, file, line);
 #else
-  __stcs(reinterpret_cast<int4*>(p), vec_detail::bits_of(v));
+  __stcs(reinterpret_cast<int4*>(p), vec_detail::bits(v));
 #endif
 }
 
