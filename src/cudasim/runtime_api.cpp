@@ -478,6 +478,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "no CUDA-capable device is detected";
     case cudaErrorIllegalAddress:
       return "an illegal memory access was encountered";
+    case cudaErrorMisalignedAddress:
+      return "misaligned address";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
     case cudaErrorNotSupported:
