@@ -2,18 +2,21 @@
 """scripts/kernel_resources.py — the compiler's resource report for every CUDA kernel of sft-dp on an H100
 (sm_90), without a GPU: each .cu file of kernels/cuda/ and src/comm/ compiled as the project's CUDA build
 does (CMakeLists.txt's flags for its target, -arch=sm_90; -cubin: the device half of its -c) with
-`-Xptxas -v --keep` (the PTX, for the tensor-core files' mma.sync), ptxas's per-function
-report parsed (registers, static shared memory, stack frame, spill stores/loads), constant banks read
-from the cubin's ELF sections, names demangled (cu++filt, else c++filt), and the occupancy each kernel
-allows computed as CUDA's occupancy calculator (cuda_occupancy.h) does for compute capability 9.0.
+`-Xptxas -v --keep` (the PTX: the tensor-core files' mma.sync, the memory-bound kernels' vector accesses
+and 64-bit divisions), ptxas's per-function report parsed (registers, static shared memory, stack frame,
+spill stores/loads), constant banks read from the cubin's ELF sections, names demangled (cu++filt, else
+c++filt), and the occupancy each kernel allows computed as CUDA's occupancy calculator (cuda_occupancy.h)
+does for compute capability 9.0.
 Block sizes come from each kernel's launch (SFTDP_LAUNCH in its file, constants resolved from the
 file and the project headers it includes), from BLOCK_TABLE where the launch picks it at run time
 (checked against the launch's text), or from __launch_bounds__.
 
   python3 scripts/kernel_resources.py            # the markdown table on stdout
   python3 scripts/kernel_resources.py --write    # and bench/results/kernels_sm90_<date>.md
-  python3 scripts/kernel_resources.py --check    # exit 1 on local memory, spills, a stale table or a
-                                                 # tensor-core file without mma (what the CTest checks)
+  python3 scripts/kernel_resources.py --check    # exit 1 on local memory, spills, a stale table, a
+                                                 # tensor-core file without mma, or a training-path memory-
+                                                 # bound kernel (VECTORISED_KERNELS) without vector accesses
+                                                 # or with a 64-bit division (what the CTest checks)
 
 Python 3 standard library only; tests/integration/test_kernel_resources.py tests the parsing and runs it.
 """
@@ -735,6 +738,11 @@ def report(results, nvcc, elapsed=None, root=ROOT):
             notes.append(f"- {r['file']}: file-wide constant banks {cmem_text(r['const_shared'])}")
         if r["file"] in TENSOR_CORE_FILES:
             notes.append(f"- {r['file']} (tensor cores): {r['mma_ptx']} mma.sync instructions in its PTX")
+        vectorised = [f"`{k['name']}` {k.get('vector_ptx', 0)}" for k in r["kernels"]
+                      if VECTORISED_KERNELS.get(base_name(k["name"])) == r["file"]]
+        if vectorised:
+            notes.append(f"- {r['file']}: vector global accesses in the PTX of its VECTORISED_KERNELS: "
+                         + ", ".join(vectorised))
     probs = problems(results, root=root)
     head = [
         f"# CUDA kernels' resources on sm_90 (H100), {datetime.date.today().isoformat()}",
@@ -757,7 +765,8 @@ def report(results, nvcc, elapsed=None, root=ROOT):
     body = ["", table(results), ""]
     if notes:
         body += ["Per file:", ""] + notes + [""]
-    body += ["Problems (local memory, spills, block sizes, tensor-core files): " + ("none" if not probs else ""),
+    body += ["Problems (local memory, spills, block sizes, tensor-core files, vectorised kernels): " +
+             ("none" if not probs else ""),
              ""] + [f"- {p}" for p in probs]
     return "\n".join(head + body).rstrip() + "\n"
 
