@@ -155,18 +155,19 @@ KERNELS = {
     "add_column_partials_kernel": K("reduce.cu", "dst partials R C", "memory",
                                     lambda a: a.R * a.C, lambda a: F4 * a.R * a.C + 2 * F4 * a.C),
     # cast.cu: fp32 -> bf16 copies (the bf16 GEMMs' inputs, bf16 activation storage) and back
-    "fp32_to_bf16_kernel": K("cast.cu", "out ld_out inp ld_in len n", "memory", lambda a: a.n, lambda a: 6 * a.n),
+    "fp32_to_bf16_kernel": K("cast.cu", "out ld_out inp ld_in len count", "memory", lambda a: a.len * a.count,
+                             lambda a: 6 * a.len * a.count),
     "bf16_to_fp32_kernel": K("cast.cu", "out inp n", "memory", lambda a: a.n, lambda a: 6 * a.n),
     # residual.cu, gelu.cu, swiglu.cu: elementwise
     "residual_fwd_kernel": K("residual.cu", "out a b N", "memory", lambda a: a.N, lambda a: 12 * a.N),
     "gelu_fwd_kernel": K("gelu.cu", "out inp N", "memory", lambda a: 12 * a.N, lambda a: 8 * a.N),
     "gelu_bwd_kernel": K("gelu.cu", "dinp inp dout N", "memory", lambda a: 24 * a.N, lambda a: 12 * a.N),
-    "swiglu_fwd_kernel": K("swiglu.cu", "out inp F total", "memory", lambda a: 8 * a.total, lambda a: 12 * a.total),
-    "swiglu_bwd_kernel": K("swiglu.cu", "dinp inp dout F total", "memory",
-                           lambda a: 14 * a.total, lambda a: 20 * a.total),
-    # gather.cu: the fused head's row gather / scatter (total = rows·C elements, one index per row)
-    "copy_rows_kernel": K("gather.cu", "out inp idx C total", "memory",
-                                    lambda a: 0, lambda a: 8 * a.total + F4 * (a.total // a.C)),
+    "swiglu_fwd_kernel": K("swiglu.cu", "out inp F N", "memory", lambda a: 8 * a.N * a.F, lambda a: 12 * a.N * a.F),
+    "swiglu_bwd_kernel": K("swiglu.cu", "dinp inp dout F N", "memory",
+                           lambda a: 14 * a.N * a.F, lambda a: 20 * a.N * a.F),
+    # gather.cu: the fused head's row gather / scatter (n rows of C elements, one index per row)
+    "copy_rows_kernel": K("gather.cu", "out inp idx C n", "memory",
+                          lambda a: 0, lambda a: 8 * a.n * a.C + F4 * a.n),
     # gemm.cu: the bias when cuBLASLt's epilogue cannot take it
     "add_bias_kernel": K("gemm.cu", "C bias M N ldc", "memory", lambda a: a.M * a.N,
                          lambda a: 8 * a.M * a.N + F4 * a.N),
@@ -182,9 +183,9 @@ KERNELS = {
     # matmul.cu: a bias gradient (from the GEMM's BGRADB, in scratch) added to its sums
     "add_vector_kernel": K("matmul.cu", "dst src n", "memory", lambda a: a.n, lambda a: 3 * F4 * a.n),
     # encoder.cu: gather of wte (and wpe) rows; backward adds each bucket's rows of dout into its table row
-    "encoder_fwd_kernel": K("encoder.cu", "out inp pos wte wpe T C total", "memory",
-                            lambda a: 0 if a.null("wpe") else a.total,
-                            lambda a: F4 * a.total * (2 if a.null("wpe") else 3) + F4 * (a.total // a.C)),
+    "encoder_fwd_kernel": K("encoder.cu", "out inp pos wte wpe T C BT", "memory",
+                            lambda a: 0 if a.null("wpe") else a.BT * a.C,
+                            lambda a: F4 * a.BT * a.C * (2 if a.null("wpe") else 3) + F4 * a.BT),
     # grid (U buckets, ...): U table rows read and written; the n tokens' dout rows read once; n from the
     # bucket layout (order | starts | rows, ints): starts begins n ints after order
     "scatter_add_buckets_kernel": K("encoder.cu", "table dout order starts rows C", "memory",
@@ -214,11 +215,11 @@ KERNELS = {
     # grid (R chunks, ...): M vectors of n channels of dout and inp, one rstd each
     "weight_partials_kernel": K("rmsnorm.cu", "partials dout inp rstd M H h0 row_stride rstd_stride n", "memory",
                                 lambda a: 3 * a.M * a.n, lambda a: 8 * a.M * a.n + F4 * a.M + F4 * a.grid[0] * a.n),
-    # rope.cu: in place over the q and k heads, pairs = B·T·(NH+KVH)·HS/2
-    "rope_kernel": K("rope.cu", "qkv positions inv_freq T NH KVH HS pairs", "memory",
-                                 lambda a: 6 * a.pairs,
-                                 lambda a: 16 * a.pairs + F4 * a.HS // 2
-                                 + (0 if a.null("positions") else F4 * a.pairs // ((a.NH + a.KVH) * a.HS // 2))),
+    # rope.cu: in place over the q and k heads of BT tokens, BT·(NH+KVH)·HS/2 pairs
+    "rope_kernel": K("rope.cu", "qkv positions inv_freq T NH KVH HS BT", "memory",
+                     lambda a: 6 * a.BT * (a.NH + a.KVH) * (a.HS // 2),
+                     lambda a: 16 * a.BT * (a.NH + a.KVH) * (a.HS // 2) + F4 * a.HS // 2
+                     + (0 if a.null("positions") else F4 * a.BT)),
     # cross_entropy.cu: one block per row (grid.x rows); logits read once, dlogits written in place, in their
     # storage (fp32, or bf16 on the act16 path)
     "cross_entropy_rows_kernel": K("cross_entropy.cu", "row_loss row_weight dlogits logits ld targets weights V",
@@ -228,8 +229,8 @@ KERNELS = {
     "finish_two_sums_kernel": K("cross_entropy.cu", "sums row_loss row_weight N", "memory",
                                 lambda a: 2 * a.N, lambda a: 16 * a.N + 16),
     # lora.cu
-    "lora_dropout_kernel": K("lora.cu", "out inp rows key p keep_scale T C n", "memory",
-                             lambda a: 2 * a.n, lambda a: 8 * a.n),
+    "lora_dropout_kernel": K("lora.cu", "out inp rows key p keep_scale T C N", "memory",
+                             lambda a: 2 * a.N * a.C, lambda a: 8 * a.N * a.C),
     # attention.cu, CUDA cores (fp32 math; the bf16 instances round q, k, v, dO as they read them; the act16 ones read
     # and write bf16: E bytes per element of q|k|v, dO, O and dqkv, from the recorded type). Per visible pair:
     # forward q·k and p·v (4·HS); dq: q·k, dO·v, ds·k (6·HS); dk/dv: q·k, dO·v, ds·q, p·dO (8·HS). Causal pairs

@@ -2,18 +2,21 @@
 """scripts/kernel_resources.py — the compiler's resource report for every CUDA kernel of sft-dp on an H100
 (sm_90), without a GPU: each .cu file of kernels/cuda/ and src/comm/ compiled as the project's CUDA build
 does (CMakeLists.txt's flags for its target, -arch=sm_90; -cubin: the device half of its -c) with
-`-Xptxas -v --keep` (the PTX, for the tensor-core files' mma.sync), ptxas's per-function
-report parsed (registers, static shared memory, stack frame, spill stores/loads), constant banks read
-from the cubin's ELF sections, names demangled (cu++filt, else c++filt), and the occupancy each kernel
-allows computed as CUDA's occupancy calculator (cuda_occupancy.h) does for compute capability 9.0.
+`-Xptxas -v --keep` (the PTX: the tensor-core files' mma.sync, the memory-bound kernels' vector accesses
+and 64-bit divisions), ptxas's per-function report parsed (registers, static shared memory, stack frame,
+spill stores/loads), constant banks read from the cubin's ELF sections, names demangled (cu++filt, else
+c++filt), and the occupancy each kernel allows computed as CUDA's occupancy calculator (cuda_occupancy.h)
+does for compute capability 9.0.
 Block sizes come from each kernel's launch (SFTDP_LAUNCH in its file, constants resolved from the
 file and the project headers it includes), from BLOCK_TABLE where the launch picks it at run time
 (checked against the launch's text), or from __launch_bounds__.
 
   python3 scripts/kernel_resources.py            # the markdown table on stdout
   python3 scripts/kernel_resources.py --write    # and bench/results/kernels_sm90_<date>.md
-  python3 scripts/kernel_resources.py --check    # exit 1 on local memory, spills, a stale table or a
-                                                 # tensor-core file without mma (what the CTest checks)
+  python3 scripts/kernel_resources.py --check    # exit 1 on local memory, spills, a stale table, a
+                                                 # tensor-core file without mma, or a training-path memory-
+                                                 # bound kernel (VECTORISED_KERNELS) without vector accesses
+                                                 # or with a 64-bit division (what the CTest checks)
 
 Python 3 standard library only; tests/integration/test_kernel_resources.py tests the parsing and runs it.
 """
@@ -34,6 +37,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_DIRS = ("kernels/cuda", "src/comm")
 # Files whose kernels run on tensor cores: their PTX must hold mma.sync.
 TENSOR_CORE_FILES = ("kernels/cuda/attention_tc.cu",)
+
+# The training path's memory-bound kernels (issue 34 item 3), each tied to its file: every instance's PTX
+# must move global memory in vectors (ld/st.global....v4 or .v2: 16- or 8-byte accesses, kernels/cuda/vec.cuh)
+# and hold no 64-bit integer division or remainder (div/rem .u64/.s64: a long subroutine on the GPU). A
+# kernel renamed or removed fails the check until this list says so.
+VECTORISED_KERNELS = {
+    "adamw_kernel": "kernels/cuda/adamw.cu",
+    "fp32_to_bf16_kernel": "kernels/cuda/cast.cu",
+    "bf16_to_fp32_kernel": "kernels/cuda/cast.cu",
+    "encoder_fwd_kernel": "kernels/cuda/encoder.cu",
+    "copy_rows_kernel": "kernels/cuda/gather.cu",
+    "gelu_fwd_kernel": "kernels/cuda/gelu.cu",
+    "gelu_bwd_kernel": "kernels/cuda/gelu.cu",
+    "add_bias_kernel": "kernels/cuda/gemm.cu",
+    "lora_dropout_kernel": "kernels/cuda/lora.cu",
+    "partial_sums_kernel": "kernels/cuda/reduce.cu",
+    "column_partials_kernel": "kernels/cuda/reduce.cu",
+    "residual_fwd_kernel": "kernels/cuda/residual.cu",
+    "rope_kernel": "kernels/cuda/rope.cu",
+    "swiglu_fwd_kernel": "kernels/cuda/swiglu.cu",
+    "swiglu_bwd_kernel": "kernels/cuda/swiglu.cu",
+}
 
 # ---- the H100 SXM (compute capability 9.0) as CUDA's occupancy calculator models it ------------------
 SM90 = dict(
@@ -167,6 +192,47 @@ def parse_ptxas(text):
             for size, bank in _CMEM.findall(line):
                 f["cmem"][int(bank)] = int(size)
     return {"functions": funcs, "gmem": gmem}
+
+
+# ---- parsing the PTX ------------------------------------------------------------------------------------
+_PTX_FUNC = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.(entry|func)\s+(?:\([^)]*\)\s*)?([\w$]+)\s*\(", re.M)
+_PTX_CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([\w$]+)")
+_VECTOR_ACCESS = re.compile(r"\b(?:ld|st)\.global(?:\.[\w:]+)*?\.v[24]\.")
+_DIV64 = re.compile(r"\b(?:div|rem)(?:\.\w+)*?\.[us]64\b")
+
+
+def ptx_functions(ptx):
+    """{name: body} of every .entry and .func the PTX defines (a declaration without a body is left out)."""
+    out = {}
+    for m in _PTX_FUNC.finditer(ptx or ""):
+        i, depth = m.end(), 1
+        while depth and i < len(ptx):  # the parameter list
+            depth += {"(": 1, ")": -1}.get(ptx[i], 0)
+            i += 1
+        j = i
+        while j < len(ptx) and ptx[j] not in "{;":
+            j += 1
+        if j >= len(ptx) or ptx[j] == ";":
+            continue
+        depth, k = 1, j + 1
+        while depth and k < len(ptx):
+            depth += {"{": 1, "}": -1}.get(ptx[k], 0)
+            k += 1
+        out[m.group(2)] = ptx[j:k]
+    return out
+
+
+def ptx_of(functions, name):
+    """The PTX a kernel runs: its body and those of the functions it calls, transitively."""
+    seen, todo, text = set(), [name], []
+    while todo:
+        f = todo.pop()
+        if f in seen or f not in functions:
+            continue
+        seen.add(f)
+        text.append(functions[f])
+        todo += _PTX_CALL.findall(functions[f])
+    return "\n".join(text)
 
 
 def elf_sections(data):
@@ -549,9 +615,12 @@ def analyse(rel, status, text, ptx, cubin, root=ROOT):
     out = dict(file=rel, status=status, log=text, gmem=parsed["gmem"], kernels=[], device_functions=[],
                mma_ptx=len(re.findall(r"\bmma\.sync\b", ptx or "")), ptx=ptx is not None, const_shared=shared)
     names = demangle(parsed["functions"])
+    functions = ptx_functions(ptx)
     for mangled, f in parsed["functions"].items():
         short = short_name(names[mangled])
-        row = dict(f, mangled=mangled, name=short, file=rel)
+        body = ptx_of(functions, mangled)
+        row = dict(f, mangled=mangled, name=short, file=rel, vector_ptx=len(_VECTOR_ACCESS.findall(body)),
+                   div64_ptx=len(_DIV64.findall(body)))
         for bank, size in per_func.get(mangled, {}).items():
             row["cmem"].setdefault(bank, size)
         if f["kernel"]:
@@ -575,10 +644,14 @@ def run(files=None, nvcc=None, jobs=None, root=ROOT):
     return [analyse(rel, *compiled[rel], root=root) for rel in files]
 
 
-def problems(results, tensor_core_files=TENSOR_CORE_FILES, root=ROOT):
+def problems(results, tensor_core_files=TENSOR_CORE_FILES, root=ROOT, vectorised_kernels=None):
     """What the CTest fails on, one line each: a file that does not compile, local memory (a stack frame)
     or spills in any function, a block size the report cannot tie to its launch, a tensor-core file
-    missing or without mma.sync in its PTX."""
+    missing or without mma.sync in its PTX, and a kernel of VECTORISED_KERNELS (or `vectorised_kernels`)
+    whose file is missing, which its file no longer defines, or an instance of which has no vector global
+    access or a 64-bit division in its PTX (files that exist but were not compiled, in a run on some files
+    only, are not checked)."""
+    vectorised_kernels = VECTORISED_KERNELS if vectorised_kernels is None else vectorised_kernels
     out = []
     for r in results:
         if r["status"] != 0:
@@ -598,6 +671,23 @@ def problems(results, tensor_core_files=TENSOR_CORE_FILES, root=ROOT):
             out.append(f"{rel}: tensor-core file not among the files compiled")
         elif by_file[rel]["status"] == 0 and not by_file[rel]["mma_ptx"]:
             out.append(f"{rel}: tensor-core file without an mma.sync instruction in its PTX")
+    for name, rel in vectorised_kernels.items():
+        if not os.path.exists(os.path.join(root, rel)):
+            out.append(f"{rel}: missing, but VECTORISED_KERNELS lists its kernel {name}")
+            continue
+        if rel not in by_file or by_file[rel]["status"] != 0:
+            continue  # not compiled in this run, or its failed compile is reported above
+        instances = [k for k in by_file[rel]["kernels"] if base_name(k["name"]) == name]
+        if not instances:
+            out.append(f"{rel}: no kernel {name}, which VECTORISED_KERNELS lists (renamed or removed? update the "
+                       f"list)")
+        for k in instances:
+            if not k.get("vector_ptx"):
+                out.append(f"{rel}: kernel {k['name']}: no vector global access (ld/st.global .v4/.v2) in its PTX "
+                           f"(a training-path memory-bound kernel: VECTORISED_KERNELS)")
+            if k.get("div64_ptx"):
+                out.append(f"{rel}: kernel {k['name']}: {k['div64_ptx']} 64-bit integer division(s) (div/rem "
+                           f".u64/.s64) in its PTX (a training-path memory-bound kernel: VECTORISED_KERNELS)")
     return list(dict.fromkeys(out))  # one line per problem, not per template instance
 
 
@@ -648,6 +738,11 @@ def report(results, nvcc, elapsed=None, root=ROOT):
             notes.append(f"- {r['file']}: file-wide constant banks {cmem_text(r['const_shared'])}")
         if r["file"] in TENSOR_CORE_FILES:
             notes.append(f"- {r['file']} (tensor cores): {r['mma_ptx']} mma.sync instructions in its PTX")
+        vectorised = [f"`{k['name']}` {k.get('vector_ptx', 0)}" for k in r["kernels"]
+                      if VECTORISED_KERNELS.get(base_name(k["name"])) == r["file"]]
+        if vectorised:
+            notes.append(f"- {r['file']}: vector global accesses in the PTX of its VECTORISED_KERNELS: "
+                         + ", ".join(vectorised))
     probs = problems(results, root=root)
     head = [
         f"# CUDA kernels' resources on sm_90 (H100), {datetime.date.today().isoformat()}",
@@ -670,7 +765,8 @@ def report(results, nvcc, elapsed=None, root=ROOT):
     body = ["", table(results), ""]
     if notes:
         body += ["Per file:", ""] + notes + [""]
-    body += ["Problems (local memory, spills, block sizes, tensor-core files): " + ("none" if not probs else ""),
+    body += ["Problems (local memory, spills, block sizes, tensor-core files, vectorised kernels): " +
+             ("none" if not probs else ""),
              ""] + [f"- {p}" for p in probs]
     return "\n".join(head + body).rstrip() + "\n"
 

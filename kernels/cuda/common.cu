@@ -1,7 +1,9 @@
-// kernels/cuda/common.cu — the Ops table's stream and the launchers' grow-only scratch buffers
-// (see common.cuh). Buffers are released by a static destructor at exit, errors ignored there
-// because the CUDA runtime may already be shutting down.
+// kernels/cuda/common.cu — the Ops table's stream, the launchers' grow-only scratch buffers and the SM count
+// grids are sized by (see common.cuh). Buffers are released by a static destructor at exit, errors ignored
+// there because the CUDA runtime may already be shutting down.
 #include <array>
+#include <atomic>
+#include <string>
 
 #include "kernels/cuda/common.cuh"
 
@@ -33,6 +35,20 @@ cudaStream_t stream() {
     return created;
   }();
   return s;
+}
+
+int sm_count() {
+  constexpr int kDevices = 64;  // cached per device ordinal; beyond that, asked every time
+  static std::array<std::atomic<int>, kDevices> cached{};
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  if (device >= 0 && device < kDevices)
+    if (const int n = cached[device].load(std::memory_order_relaxed); n > 0) return n;
+  int n = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  SFTDP_ASSERT(n > 0, "cudaDevAttrMultiProcessorCount: no multiprocessor on device " + std::to_string(device));
+  if (device >= 0 && device < kDevices) cached[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 void* scratch(Scratch slot, size_t bytes) {

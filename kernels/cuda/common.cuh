@@ -75,11 +75,18 @@ constexpr int kWarp = 32;
 
 inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
-// Blocks for a grid-stride elementwise loop over n items (n > 0): enough to fill any GPU, capped so
-// the count fits gridDim.x comfortably. Elementwise results do not depend on it.
+// Streaming multiprocessors of the current device (cudaDevAttrMultiProcessorCount), asked once per device.
+int sm_count();
+// Threads an SM keeps resident at once on sm_80/sm_90 (64 warps): a grid of sm_count() ·
+// kResidentThreadsPerSm threads is one full wave.
+constexpr int kResidentThreadsPerSm = 2048;
+
+// Blocks for a grid-stride loop over n items (n > 0): one full wave of the device (kResidentThreadsPerSm
+// / block blocks per SM), fewer when n needs fewer. A grid-stride loop's results do not depend on it.
 inline unsigned elementwise_blocks(size_t n, int block) {
   const size_t want = ceil_div(n, static_cast<size_t>(block));
-  return static_cast<unsigned>(want < 65536 ? want : 65536);
+  const size_t wave = static_cast<size_t>(sm_count()) * static_cast<size_t>(kResidentThreadsPerSm / block);
+  return static_cast<unsigned>(want < wave ? want : wave);
 }
 
 // Butterfly sum over the 32 lanes: every lane gets the same bits (IEEE addition is commutative,

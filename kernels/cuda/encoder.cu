@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/encoder.h"
 
 namespace sftdp::cuda {
@@ -19,19 +20,34 @@ namespace {
 
 constexpr int kBlock = 256;
 
+// A warp per token row bt of BT = B·T (its ids read once per row, the position bt mod T in 32 bits: the
+// launcher checks BT < 2^32), the row in 16-byte vectors where out's, wte's and wpe's rows share an
+// alignment, element by element otherwise (vec.cuh).
 __global__ void encoder_fwd_kernel(float* out, const int32_t* inp, const int32_t* pos, const float* wte,
-                                   const float* wpe, int T, int C, size_t total) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t bt = i / C, c = i % C;
-    const size_t token = static_cast<size_t>(inp[bt]);
+                                   const float* wpe, int T, int C, size_t BT) {
+  constexpr int V = Vec<float>::kSize;
+  for_each_row_by_warp(BT, [&](size_t bt, int lane) {
+    float* o = out + bt * C;
+    const float* e = wte + static_cast<size_t>(inp[bt]) * C;
     if (wpe == nullptr) {
-      out[i] = wte[token * C + c];
-      continue;
+      vector_loop<V>(
+          lane, kWarp, C, vector_head(V, o, e), [&](size_t c) { store_vec(o + c, load_vec(e + c)); },
+          [&](size_t c) { o[c] = e[c]; });
+      return;
     }
-    const size_t p = pos ? static_cast<size_t>(pos[bt]) : bt % T;
-    out[i] = wte[token * C + c] + wpe[p * C + c];
-  }
+    const size_t p = pos ? static_cast<size_t>(pos[bt]) : static_cast<uint32_t>(bt) % static_cast<uint32_t>(T);
+    const float* q = wpe + p * C;
+    vector_loop<V>(
+        lane, kWarp, C, vector_head(V, o, e, q),
+        [&](size_t c) {
+          const Vec<float> a = load_vec(e + c), b = load_vec(q + c);
+          Vec<float> y;
+          SFTDP_UNROLL
+          for (int k = 0; k < V; ++k) y[k] = a[k] + b[k];
+          store_vec(o + c, y);
+        },
+        [&](size_t c) { o[c] = e[c] + q[c]; });
+  });
 }
 
 // Bucket u covers order[starts[u] .. starts[u+1]) and targets table row rows[u]:
@@ -88,10 +104,10 @@ void check_dims(const char* op, int B, int T, int C) {
 void encoder_fwd(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe, int B,
                  int T, int C, cudaStream_t stream) {
   check_dims("encoder_fwd", B, T, C);
-  const size_t total = static_cast<size_t>(B) * T * C;
-  if (total == 0) return;
-  SFTDP_LAUNCH(encoder_fwd_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, out, inp, pos, wte, wpe, T, C,
-               total);
+  const size_t BT = static_cast<size_t>(B) * T;
+  if (BT == 0) return;
+  SFTDP_ASSERT(BT <= UINT32_MAX, "encoder_fwd: B·T = " + std::to_string(BT) + " rows exceed 2^32 - 1");
+  SFTDP_LAUNCH(encoder_fwd_kernel, row_blocks(BT, kBlock), kBlock, 0, stream, out, inp, pos, wte, wpe, T, C, BT);
   CHECK_LAUNCH();
 }
 

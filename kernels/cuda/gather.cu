@@ -1,7 +1,9 @@
-// kernels/cuda/gather.cu — row gather and scatter on the GPU (kernels/gather.h): one grid-stride
-// loop over the n·C listed elements, each copied by one thread. Indices are distinct, so no two
-// threads write the same element; the results are the CPU twin's bits.
+// kernels/cuda/gather.cu — row gather and scatter on the GPU (kernels/gather.h): a warp per listed
+// row (its index read once per row, no index division), the row copied in 16-byte vectors where source
+// and destination rows share an alignment, element by element otherwise (vec.cuh). Indices are
+// distinct, so no two threads write the same element; the results are the CPU twin's bits.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/gather.h"
 
 namespace sftdp::cuda {
@@ -9,26 +11,25 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// kScatter false: out[i, c] = inp[idx[i], c]; true: out[idx[i], c] = inp[i, c].
-template <bool kScatter>
-__global__ void copy_rows_kernel(float* out, const float* inp, const int32_t* idx, int C, size_t total) {
-  for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t i = e / C, c = e % C;
-    const size_t listed = static_cast<size_t>(idx[i]) * C + c, packed = i * C + c;
-    if constexpr (kScatter)
-      out[listed] = inp[packed];
-    else
-      out[packed] = inp[listed];
-  }
+// kScatter false: out[i, c] = inp[idx[i], c]; true: out[idx[i], c] = inp[i, c]. n rows of C elements of T.
+// T defaults to float so that the launch's kernel name has no comma (SFTDP_LAUNCH is a macro).
+template <bool kScatter, class T = float>
+__global__ void copy_rows_kernel(T* out, const T* inp, const int32_t* idx, int C, int n) {
+  constexpr int V = Vec<T>::kSize;
+  for_each_row_by_warp(static_cast<size_t>(n), [&](size_t i, int lane) {
+    const size_t listed = static_cast<size_t>(idx[i]) * C, packed = i * C;
+    T* dst = out + (kScatter ? listed : packed);
+    const T* src = inp + (kScatter ? packed : listed);
+    vector_loop<V>(
+        lane, kWarp, C, vector_head(V, dst, src), [&](size_t c) { store_vec(dst + c, load_vec(src + c)); },
+        [&](size_t c) { dst[c] = src[c]; });
+  });
 }
 
 template <bool kScatter>
 void copy_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream) {
-  const size_t total = static_cast<size_t>(n) * C;
-  if (total == 0) return;
-  SFTDP_LAUNCH(copy_rows_kernel<kScatter>, elementwise_blocks(total, kBlock), kBlock, 0, stream, out, inp, idx, C,
-               total);
+  if (n <= 0 || C <= 0) return;
+  SFTDP_LAUNCH(copy_rows_kernel<kScatter>, row_blocks(n, kBlock), kBlock, 0, stream, out, inp, idx, C, n);
   CHECK_LAUNCH();
 }
 

@@ -1,7 +1,9 @@
 // kernels/cuda/gelu.cu — GELU, tanh form (GPT-2), on the GPU (kernels/gelu.h). N elements.
 // Accumulation: dinp = (overwritten). Accurate expf and IEEE division (no fast-math intrinsics),
-// so results track the CPU twin to a few ulp.
+// so results track the CPU twin to a few ulp. 16-byte vectors where the pointers share an alignment,
+// scalars for the rest (vec.cuh); the same operations per element either way.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/gelu.h"
 
 namespace sftdp::cuda {
@@ -15,38 +17,62 @@ constexpr float kCubic = 0.044715f;
 // uses, so both keep relative accuracy in GELU's far negative tail, where 1 + tanh u cancels).
 __device__ __forceinline__ float sigmoid(float z) { return 1.f / (1.f + expf(-z)); }
 
-__global__ void gelu_fwd_kernel(float* out, const float* inp, size_t N) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < N;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    out[i] = x * sigmoid(2.f * kSqrt2OverPi * (x + kCubic * x * x * x));  // = 0.5·x·(1 + tanh u)
-  }
+__device__ __forceinline__ float gelu(float x) {
+  return x * sigmoid(2.f * kSqrt2OverPi * (x + kCubic * x * x * x));  // = 0.5·x·(1 + tanh u)
 }
 
 // With s = σ(2u) = 0.5·(1 + tanh u), u = √(2/π)(x + 0.044715x³):
 //   d/dx [x·s] = s + 2·x·s·(1 − s)·√(2/π)(1 + 3·0.044715·x²), where 1 − s = σ(−2u).
-__global__ void gelu_bwd_kernel(float* dinp, const float* inp, const float* dout, size_t N) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < N;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    const float s = sigmoid(2.f * u), one_minus_s = sigmoid(-2.f * u);
-    const float du_dx = kSqrt2OverPi * (1.f + 3.f * kCubic * x * x);
-    dinp[i] = (s + 2.f * x * s * one_minus_s * du_dx) * dout[i];
-  }
+__device__ __forceinline__ float gelu_grad(float x, float dout) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  const float s = sigmoid(2.f * u), one_minus_s = sigmoid(-2.f * u);
+  const float du_dx = kSqrt2OverPi * (1.f + 3.f * kCubic * x * x);
+  return (s + 2.f * x * s * one_minus_s * du_dx) * dout;
+}
+
+// T: the storage type (float; bf16 once activations are stored so), the maths in fp32.
+template <class T>
+__global__ void gelu_fwd_kernel(T* out, const T* inp, size_t N) {
+  constexpr int V = Vec<T>::kSize;
+  vector_loop<V>(
+      grid_thread(), grid_threads(), N, vector_head(V, out, inp),
+      [&](size_t i) {
+        const Vec<T> x = load_vec(inp + i);
+        Vec<T> y;
+        SFTDP_UNROLL
+        for (int k = 0; k < V; ++k) y[k] = from_float<T>(gelu(to_float(x[k])));
+        store_vec(out + i, y);  // plain store: the next GEMM reads it
+      },
+      [&](size_t i) { out[i] = from_float<T>(gelu(to_float(inp[i]))); });
+}
+
+template <class T>
+__global__ void gelu_bwd_kernel(T* dinp, const T* inp, const T* dout, size_t N) {
+  constexpr int V = Vec<T>::kSize;
+  vector_loop<V>(
+      grid_thread(), grid_threads(), N, vector_head(V, dinp, inp, dout),
+      [&](size_t i) {
+        const Vec<T> x = load_vec(inp + i), g = load_vec(dout + i);
+        Vec<T> d;
+        SFTDP_UNROLL
+        for (int k = 0; k < V; ++k) d[k] = from_float<T>(gelu_grad(to_float(x[k]), to_float(g[k])));
+        store_vec(dinp + i, d);
+      },
+      [&](size_t i) { dinp[i] = from_float<T>(gelu_grad(to_float(inp[i]), to_float(dout[i]))); });
 }
 
 }  // namespace
 
 void gelu_fwd(float* out, const float* inp, size_t N, cudaStream_t stream) {
   if (N == 0) return;
-  SFTDP_LAUNCH(gelu_fwd_kernel, elementwise_blocks(N, kBlock), kBlock, 0, stream, out, inp, N);
+  SFTDP_LAUNCH(gelu_fwd_kernel<float>, vector_blocks(N, Vec<float>::kSize, kBlock), kBlock, 0, stream, out, inp, N);
   CHECK_LAUNCH();
 }
 
 void gelu_bwd(float* dinp, const float* inp, const float* dout, size_t N, cudaStream_t stream) {
   if (N == 0) return;
-  SFTDP_LAUNCH(gelu_bwd_kernel, elementwise_blocks(N, kBlock), kBlock, 0, stream, dinp, inp, dout, N);
+  SFTDP_LAUNCH(gelu_bwd_kernel<float>, vector_blocks(N, Vec<float>::kSize, kBlock), kBlock, 0, stream, dinp, inp,
+               dout, N);
   CHECK_LAUNCH();
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/vec.cuh"
 
 namespace sftdp::cuda {
 namespace {
@@ -226,14 +227,37 @@ bool run(const LtCall& call, cudaStream_t stream) {
   return true;
 }
 
-// C[i·ldc + j] += bias[j] for the row-major C[M,N] of gemm().
+// C[i·ldc + j] += bias[j] for the row-major C[M,N] of gemm(): a warp per row, 16-byte vectors of C (and of
+// the bias where it is aligned like the row; the bias is usually not: that is why this kernel runs),
+// element by element for the rest of the row (vec.cuh).
 __global__ void add_bias_kernel(float* C, const float* bias, int M, int N, int ldc) {
-  const size_t total = static_cast<size_t>(M) * N;
-  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t i = idx / N, j = idx % N;
-    C[i * ldc + j] += bias[j];
-  }
+  constexpr int V = Vec<float>::kSize;
+  for_each_row_by_warp(static_cast<size_t>(M), [&](size_t i, int lane) {
+    float* row = C + i * ldc;
+    const auto scalar = [&](size_t j) { row[j] += bias[j]; };
+    if (const int both = vector_head(V, row, bias); both >= 0) {
+      vector_loop<V>(
+          lane, kWarp, N, both,
+          [&](size_t j) {
+            Vec<float> c = load_vec(row + j);
+            const Vec<float> b = load_vec(bias + j);
+            SFTDP_UNROLL
+            for (int k = 0; k < V; ++k) c[k] += b[k];
+            store_vec(row + j, c);
+          },
+          scalar);
+    } else {
+      vector_loop<V>(
+          lane, kWarp, N, vector_head(V, row),
+          [&](size_t j) {
+            Vec<float> c = load_vec(row + j);
+            SFTDP_UNROLL
+            for (int k = 0; k < V; ++k) c[k] += bias[j + k];
+            store_vec(row + j, c);
+          },
+          scalar);
+    }
+  });
 }
 
 // Leading dimension of a bf16 copy: ld rounded up to a multiple of 8 elements, so that every column
@@ -432,8 +456,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
     // algorithm) come here; tests/kernels/test_cuda_gemm_vs_cpu.cpp reaches it with a bias one
     // float past a cudaMalloc'd (256-byte-aligned) address and checks it against the CPU twin.
     constexpr int kBlock = 256;
-    SFTDP_LAUNCH(add_bias_kernel, elementwise_blocks(static_cast<size_t>(M) * N, kBlock), kBlock, 0, stream, C, bias, M,
-                 N, ldc);
+    SFTDP_LAUNCH(add_bias_kernel, row_blocks(M, kBlock), kBlock, 0, stream, C, bias, M, N, ldc);
     CHECK_LAUNCH();
   }
 }
@@ -506,8 +529,8 @@ void gemm16(bool trans_a, bool trans_b, int M, int N, int K, Gemm16Operand A, Ge
     SFTDP_ASSERT(run(call, stream), shape() + ": cuBLASLt has no algorithm for this shape/alignment");
     if (has_bias) {  // fp32 D: D = (acc + C) + bias, as the epilogue adds
       constexpr int kBlock = 256;
-      SFTDP_LAUNCH(add_bias_kernel, elementwise_blocks(static_cast<size_t>(M) * N, kBlock), kBlock, 0, stream,
-                   static_cast<float*>(D), ep.bias, M, N, ldd);
+      SFTDP_LAUNCH(add_bias_kernel, row_blocks(M, kBlock), kBlock, 0, stream, static_cast<float*>(D), ep.bias, M, N,
+                   ldd);
       CHECK_LAUNCH();
     }
     if (ep.a_row_sums) row_sums_bf16(ep.a_row_sums, A, M, K, stream);

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/lora.h"
 
 namespace sftdp::cuda {
@@ -43,15 +44,29 @@ void bwd(float* dx, float* dA, float* dB, float* du, const float* dout, int ldo,
 
 constexpr int kBlock = 256;
 
+// A warp per row n of N (batch row n / T, position n mod T: 32-bit, N is an int), the row's elements in
+// 16-byte vectors where out and inp share an alignment, element by element otherwise (vec.cuh).
+// out may alias inp: each element is read before it is written, by the same thread.
 __global__ void lora_dropout_kernel(float* out, const float* inp, const int64_t* rows, uint64_t key, float p,
-                                    float keep_scale, int T, int C, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t row = i / C;
-    const int c = static_cast<int>(i % C), t = static_cast<int>(row % T);
-    const float x = inp[i];
-    out[i] = lora_hash::keep(key, rows[row / T], t, c, p) ? x * keep_scale : 0.0f;
-  }
+                                    float keep_scale, int T, int C, int N) {
+  constexpr int V = Vec<float>::kSize;
+  for_each_row_by_warp(static_cast<size_t>(N), [&](size_t n, int lane) {
+    const auto n32 = static_cast<uint32_t>(n), T32 = static_cast<uint32_t>(T);
+    const int64_t row = rows[n32 / T32];
+    const int t = static_cast<int>(n32 % T32);
+    const float* x = inp + n * C;
+    float* o = out + n * C;
+    const auto one = [&](float xi, int c) { return lora_hash::keep(key, row, t, c, p) ? xi * keep_scale : 0.0f; };
+    vector_loop<V>(
+        lane, kWarp, C, vector_head(V, o, x),
+        [&](size_t c) {
+          Vec<float> y = load_vec(x + c);
+          SFTDP_UNROLL
+          for (int k = 0; k < V; ++k) y[k] = one(y[k], static_cast<int>(c) + k);
+          store_vec(o + c, y);
+        },
+        [&](size_t c) { o[c] = one(x[c], static_cast<int>(c)); });
+  });
 }
 
 }  // namespace
@@ -76,10 +91,9 @@ void lora_bwd_bf16(float* dx, float* dA, float* dB, float* du, const float* dout
 
 void lora_dropout(float* out, const float* inp, const int64_t* rows, uint64_t key, float p, float keep_scale, int N,
                   int T, int C, cudaStream_t stream) {
-  const size_t n = static_cast<size_t>(N) * C;
-  if (n == 0) return;
-  SFTDP_LAUNCH(lora_dropout_kernel, elementwise_blocks(n, kBlock), kBlock, 0, stream, out, inp, rows, key, p,
-               keep_scale, T, C, n);
+  if (N <= 0 || C <= 0) return;
+  SFTDP_LAUNCH(lora_dropout_kernel, row_blocks(N, kBlock), kBlock, 0, stream, out, inp, rows, key, p, keep_scale, T, C,
+               N);
   CHECK_LAUNCH();
 }
 

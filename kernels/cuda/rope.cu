@@ -1,18 +1,20 @@
 // kernels/cuda/rope.cu — rotary position embeddings (rotate_half layout) on the q and k heads of
 // fused qkv rows on the GPU (kernels/rope.h). B batch, T seq, NH q heads, KVH k/v heads, HS head
-// size (even), QKV = (NH + 2·KVH)·HS. In place; v heads untouched. One thread per rotated pair
-// (x[i], x[i + HS/2]) of one q or k head: the angle pos·inv_freq[i] is formed in double and its
-// cos/sin taken in double, then rounded to float, as the CPU twin does. Not CUDA's sin/cos: their
+// size (even), QKV = (NH + 2·KVH)·HS. In place; v heads untouched. A warp per token, a lane per pair
+// index i (4 at a time in 16-byte vectors where the row allows), the pair (x[i], x[i + HS/2]) of every
+// q and k head of the token rotated with one angle: pos·inv_freq[i] formed in double and its cos/sin
+// taken in double, then rounded to float, as the CPU twin does. Not CUDA's sin/cos: their
 // Payne-Hanek path for huge arguments keeps a stack frame (local memory) in every kernel that calls
 // them, though an angle here is below 2^31. cos_sin reduces it modulo π/2 (three-part π/2 by fma,
 // exact to a double rounding) and sums Taylor series on [−π/4, π/4] (cut off below 1/50 of a
-// double's ulp): within an ulp of a double of std::cos/sin, so the floats agree with the CPU's but for a double
-// lying that close to a float rounding boundary. rope_bwd applies the transpose rotation (angle −a),
-// so dqkv becomes the gradient with respect to the un-rotated q and k. No reductions: every element
+// double's ulp): within an ulp of a double of std::cos/sin, so the floats agree with the CPU's but for a
+// double lying that close to a float rounding boundary. rope_bwd applies the transpose rotation (angle
+// −a), so dqkv becomes the gradient with respect to the un-rotated q and k. No reductions: every element
 // has one writer.
 #include <string>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/rope.h"
 
 namespace sftdp::cuda {
@@ -58,33 +60,70 @@ __device__ __forceinline__ void cos_sin(double a, double* c, double* s) {
   *c = quadrant == 0 ? cos_r : quadrant == 1 ? -sin_r : quadrant == 2 ? -cos_r : sin_r;
 }
 
-// Pair p enumerates (b·T + t, head j < NH + KVH, i < HS/2), i fastest.
+// (x0, x1) of one pair rotated by the angle whose cosine and sine are c and s (kTranspose: by −a).
+// Explicitly rounded products (no FMA contraction), as a plain C++ loop computes them.
+template <bool kTranspose>
+__device__ __forceinline__ void rotate(float& x0, float& x1, float c, float s) {
+  const float x0c = __fmul_rn(x0, c), x1s = __fmul_rn(x1, s), x1c = __fmul_rn(x1, c), x0s = __fmul_rn(x0, s);
+  if (kTranspose) {  // rotation by −a: [c s; −s c]
+    x0 = __fadd_rn(x0c, x1s);
+    x1 = __fsub_rn(x1c, x0s);
+  } else {  // rotation by a: [c −s; s c]
+    x0 = __fsub_rn(x0c, x1s);
+    x1 = __fadd_rn(x1c, x0s);
+  }
+}
+
+// A warp per token bt of BT (position bt mod T in 32 bits: the launcher checks BT < 2^32). Its lanes take
+// the pair indices i < HS/2, 4 at a time in 16-byte vectors where HS/2 is a multiple of 4 and the token's
+// row allows (vec.cuh), else one at a time; each lane forms cos/sin of its i once and rotates pair i of
+// every q and k head of the token (heads j < NH + KVH, at bt·QKV + j·HS), so the angle is computed once
+// per (token, i), not once per head.
 template <bool kTranspose>
 __global__ void rope_kernel(float* qkv, const int32_t* positions, const float* inv_freq, int T, int NH, int KVH, int HS,
-                            size_t pairs) {
+                            size_t BT) {
+  constexpr int V = Vec<float>::kSize;
   const int half = HS / 2, heads = NH + KVH;
   const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS;
-  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pairs;
-       p += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int i = static_cast<int>(p % half);
-    const int j = static_cast<int>((p / half) % heads);
-    const size_t bt = p / (static_cast<size_t>(half) * heads);
-    const int32_t pos = positions ? positions[bt] : static_cast<int32_t>(bt % T);
-    double cos_a, sin_a;
-    cos_sin(static_cast<double>(pos) * static_cast<double>(inv_freq[i]), &cos_a, &sin_a);
-    const float c = static_cast<float>(cos_a), s = static_cast<float>(sin_a);
-    float* x = qkv + bt * QKV + static_cast<size_t>(j) * HS;
-    const float x0 = x[i], x1 = x[i + half];
-    // Explicitly rounded products (no FMA contraction), as a plain C++ loop computes them.
-    const float x0c = __fmul_rn(x0, c), x1s = __fmul_rn(x1, s), x1c = __fmul_rn(x1, c), x0s = __fmul_rn(x0, s);
-    if (kTranspose) {  // rotation by −a: [c s; −s c]
-      x[i] = __fadd_rn(x0c, x1s);
-      x[i + half] = __fsub_rn(x1c, x0s);
-    } else {  // rotation by a: [c −s; s c]
-      x[i] = __fsub_rn(x0c, x1s);
-      x[i + half] = __fadd_rn(x1c, x0s);
-    }
-  }
+  for_each_row_by_warp(BT, [&](size_t bt, int lane) {
+    const int32_t pos =
+        positions ? positions[bt] : static_cast<int32_t>(static_cast<uint32_t>(bt) % static_cast<uint32_t>(T));
+    float* row = qkv + bt * QKV;
+    const auto cos_sin_of = [&](size_t i, float* c, float* s) {
+      double cos_a, sin_a;
+      cos_sin(static_cast<double>(pos) * static_cast<double>(inv_freq[i]), &cos_a, &sin_a);
+      *c = static_cast<float>(cos_a);
+      *s = static_cast<float>(sin_a);
+    };
+    // every head's pair at i: the same alignment for all heads when HS is a multiple of 4 floats
+    const int head = half % V == 0 ? vector_head(V, row, row + half) : -1;
+    vector_loop<V>(
+        lane, kWarp, static_cast<size_t>(half), head,
+        [&](size_t i) {
+          float c[V], s[V];
+          SFTDP_UNROLL
+          for (int k = 0; k < V; ++k) cos_sin_of(i + k, &c[k], &s[k]);
+          for (int j = 0; j < heads; ++j) {
+            float* x = row + static_cast<size_t>(j) * HS;
+            Vec<float> x0 = load_vec(x + i), x1 = load_vec(x + i + half);
+            SFTDP_UNROLL
+            for (int k = 0; k < V; ++k) rotate<kTranspose>(x0[k], x1[k], c[k], s[k]);
+            store_vec(x + i, x0);
+            store_vec(x + i + half, x1);
+          }
+        },
+        [&](size_t i) {
+          float c, s;
+          cos_sin_of(i, &c, &s);
+          for (int j = 0; j < heads; ++j) {
+            float* x = row + static_cast<size_t>(j) * HS;
+            float x0 = x[i], x1 = x[i + half];
+            rotate<kTranspose>(x0, x1, c, s);
+            x[i] = x0;
+            x[i + half] = x1;
+          }
+        });
+  });
 }
 
 template <bool kTranspose>
@@ -94,10 +133,11 @@ void rope(const char* op, float* qkv, const int32_t* positions, const float* inv
                std::string(op) + ": need B >= 0, T, NH, KVH > 0 and HS positive and even (got B=" + std::to_string(B) +
                    " T=" + std::to_string(T) + " NH=" + std::to_string(NH) + " KVH=" + std::to_string(KVH) +
                    " HS=" + std::to_string(HS) + ")");
-  const size_t pairs = static_cast<size_t>(B) * T * (NH + KVH) * (HS / 2);
-  if (pairs == 0) return;
-  SFTDP_LAUNCH(rope_kernel<kTranspose>, elementwise_blocks(pairs, kBlock), kBlock, 0, stream, qkv, positions, inv_freq,
-               T, NH, KVH, HS, pairs);
+  const size_t BT = static_cast<size_t>(B) * T;
+  if (BT == 0) return;
+  SFTDP_ASSERT(BT <= UINT32_MAX, std::string(op) + ": B·T = " + std::to_string(BT) + " tokens exceed 2^32 - 1");
+  SFTDP_LAUNCH(rope_kernel<kTranspose>, row_blocks(BT, kBlock), kBlock, 0, stream, qkv, positions, inv_freq, T, NH, KVH,
+               HS, BT);
   CHECK_LAUNCH();
 }
 

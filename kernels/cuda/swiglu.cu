@@ -2,9 +2,12 @@
 // N rows, F hidden width; inp rows are [gate (F) | up (F)]. out = silu(gate)·up with
 // silu(g) = g·σ(g), σ(g) = 1/(1 + e^−g). Accumulation: dinp = (overwritten), both halves.
 // Accurate expf and IEEE division (no fast-math intrinsics). Elementwise: one writer per element.
+// A warp per row (no index division): 16-byte vectors where the row's pointers share an alignment,
+// scalars for the rest of the row (vec.cuh).
 #include <string>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/swiglu.h"
 
 namespace sftdp::cuda {
@@ -15,26 +18,67 @@ constexpr int kBlock = 256;
 // σ(g) saturates to exactly 0 and 1 (e^−g overflowing to inf gives 0).
 __device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
 
-// Element i enumerates (n, f): gate at n·2F + f, up at n·2F + F + f.
-__global__ void swiglu_fwd_kernel(float* out, const float* inp, int F, size_t total) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t n = i / F, f = i % F;
-    const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
-    out[i] = g * sigmoid(g) * u;
-  }
+// T: the storage type (float; bf16 once activations are stored so), the maths in fp32.
+// Row n: out[n·F + f] from gate inp[n·2F + f] and up inp[n·2F + F + f].
+template <class T>
+__global__ void swiglu_fwd_kernel(T* out, const T* inp, int F, int N) {
+  constexpr int V = Vec<T>::kSize;
+  for_each_row_by_warp(static_cast<size_t>(N), [&](size_t n, int lane) {
+    T* o = out + n * F;
+    const T* gate = inp + n * 2 * F;
+    const T* up = gate + F;
+    const auto one = [](float g, float u) { return g * sigmoid(g) * u; };
+    vector_loop<V>(
+        lane, kWarp, F, vector_head(V, o, gate, up),
+        [&](size_t f) {
+          const Vec<T> g = load_vec(gate + f), u = load_vec(up + f);
+          Vec<T> y;
+          SFTDP_UNROLL
+          for (int k = 0; k < V; ++k) y[k] = from_float<T>(one(to_float(g[k]), to_float(u[k])));
+          store_vec(o + f, y);
+        },
+        [&](size_t f) { o[f] = from_float<T>(one(to_float(gate[f]), to_float(up[f]))); });
+  });
 }
 
 // d gate = dout·up·σ(g)·(1 + g·(1 − σ(g)))  (the derivative of g·σ(g)),  d up = dout·silu(g).
-__global__ void swiglu_bwd_kernel(float* dinp, const float* inp, const float* dout, int F, size_t total) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t n = i / F, f = i % F;
-    const size_t gi = n * 2 * F + f, ui = gi + F;
-    const float g = inp[gi], u = inp[ui], s = sigmoid(g), d = dout[i];
-    dinp[gi] = d * u * s * (1.f + g * (1.f - s));
-    dinp[ui] = d * g * s;
-  }
+template <class T>
+__global__ void swiglu_bwd_kernel(T* dinp, const T* inp, const T* dout, int F, int N) {
+  constexpr int V = Vec<T>::kSize;
+  for_each_row_by_warp(static_cast<size_t>(N), [&](size_t n, int lane) {
+    const T* gate = inp + n * 2 * F;
+    const T* up = gate + F;
+    const T* d_row = dout + n * F;
+    T* dgate = dinp + n * 2 * F;
+    T* dup = dgate + F;
+    // (d gate, d up) of one element, in the order of the scalar kernel's expressions
+    const auto one = [](float g, float u, float d, float* dg, float* du) {
+      const float s = sigmoid(g);
+      *dg = d * u * s * (1.f + g * (1.f - s));
+      *du = d * g * s;
+    };
+    vector_loop<V>(
+        lane, kWarp, F, vector_head(V, gate, up, d_row, dgate, dup),
+        [&](size_t f) {
+          const Vec<T> g = load_vec(gate + f), u = load_vec(up + f), d = load_vec(d_row + f);
+          Vec<T> dg, du;
+          SFTDP_UNROLL
+          for (int k = 0; k < V; ++k) {
+            float a, b;
+            one(to_float(g[k]), to_float(u[k]), to_float(d[k]), &a, &b);
+            dg[k] = from_float<T>(a);
+            du[k] = from_float<T>(b);
+          }
+          store_vec(dgate + f, dg);
+          store_vec(dup + f, du);
+        },
+        [&](size_t f) {
+          float a, b;
+          one(to_float(gate[f]), to_float(up[f]), to_float(d_row[f]), &a, &b);
+          dgate[f] = from_float<T>(a);
+          dup[f] = from_float<T>(b);
+        });
+  });
 }
 
 void check_dims(const char* op, int N, int F) {
@@ -46,17 +90,15 @@ void check_dims(const char* op, int N, int F) {
 
 void swiglu_fwd(float* out, const float* inp, int N, int F, cudaStream_t stream) {
   check_dims("swiglu_fwd", N, F);
-  const size_t total = static_cast<size_t>(N) * F;
-  if (total == 0) return;
-  SFTDP_LAUNCH(swiglu_fwd_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, out, inp, F, total);
+  if (N == 0) return;
+  SFTDP_LAUNCH(swiglu_fwd_kernel<float>, row_blocks(N, kBlock), kBlock, 0, stream, out, inp, F, N);
   CHECK_LAUNCH();
 }
 
 void swiglu_bwd(float* dinp, const float* inp, const float* dout, int N, int F, cudaStream_t stream) {
   check_dims("swiglu_bwd", N, F);
-  const size_t total = static_cast<size_t>(N) * F;
-  if (total == 0) return;
-  SFTDP_LAUNCH(swiglu_bwd_kernel, elementwise_blocks(total, kBlock), kBlock, 0, stream, dinp, inp, dout, F, total);
+  if (N == 0) return;
+  SFTDP_LAUNCH(swiglu_bwd_kernel<float>, row_blocks(N, kBlock), kBlock, 0, stream, dinp, inp, dout, F, N);
   CHECK_LAUNCH();
 }
 

@@ -131,6 +131,9 @@ struct BlockRun {
   void* scheduler_fake_stack = nullptr;
   std::vector<size_t> warp_order, lane_order;  // run_block's, kept from block to block
   std::string error;     // the first failed check of the block
+  // and how it ends the launch: synccheck's cudaErrorLaunchFailure unless the check says otherwise
+  const char* error_check = "synccheck";
+  cudaError_t error_code = cudaErrorLaunchFailure;
   uint64_t resumes = 0;  // fiber switches into simulated threads (SFTDP_SIM_PROFILE)
   unsigned char* dynamic_shared = nullptr;  // the launch's dynamic_smem bytes, refilled per block
   size_t dynamic_shared_bytes = 0;
@@ -476,7 +479,14 @@ bool run_block(BlockRun& run, Schedule schedule, std::mt19937_64& rng) {
 }
 
 // Every block of the launch in the schedule's block order.
-bool run_grid(const KernelLaunch& l, Schedule schedule, uint64_t seed, std::string& error) {
+// A failed block: what went wrong, the check that saw it and the sticky error it leaves.
+struct Failure {
+  std::string text;
+  const char* check = "synccheck";
+  cudaError_t code = cudaErrorLaunchFailure;
+};
+
+bool run_grid(const KernelLaunch& l, Schedule schedule, uint64_t seed, Failure& failure) {
   BlockRun run;
   run.launch = &l;
   run.block_dim = l.block;
@@ -515,7 +525,7 @@ bool run_grid(const KernelLaunch& l, Schedule schedule, uint64_t seed, std::stri
     if (shared_bytes) std::memset(__start_sftdp_sim_shared, kFreshByte, shared_bytes);  // fresh per block
     if (run.dynamic_shared) std::memset(run.dynamic_shared, kFreshByte, run.dynamic_shared_bytes);
     ok = run_block(run, schedule, rng);
-    if (!ok) error = "block " + xyz(run.block_idx) + ": " + run.error;
+    if (!ok) failure = Failure{"block " + xyz(run.block_idx) + ": " + run.error, run.error_check, run.error_code};
   }
   if (!ok)  // abandoned fibers leave their frames' ASan poison behind on stacks that are reused
     for (size_t i = 0; i < run.threads.size(); ++i) asan::unpoison(stacks().bottom(i), kStackBytes);
@@ -638,6 +648,21 @@ void cp_async(void* dst, const void* src, int src_bytes, const char* file, int l
   if (src_bytes > 0) std::memcpy(copy.bytes, src, static_cast<size_t>(src_bytes));  // a bad src faults here
 }
 
+bool check_vector_access(const void* p, size_t bytes, bool store, const char* file, int line) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return true;
+  SimThread* self = calling_thread("a vector access");
+  BlockRun& run = *t_run;
+  if (run.error.empty()) {
+    run.error = "misaligned address: a " + std::to_string(bytes) + "-byte vector " + (store ? "store" : "load") +
+                " (" + site(file, line) + ") by thread " + xyz(self->idx) + " at " +
+                (in_shared_memory(p, 1) ? std::string("an address in shared memory") : memory().describe(p)) +
+                ", not a multiple of " + std::to_string(bytes);
+    run.error_check = "memcheck";
+    run.error_code = cudaErrorMisalignedAddress;
+  }
+  return false;
+}
+
 void cp_async_commit() {
   SimThread* self = calling_thread("cp.async.commit_group");
   self->group_ends.push_back(self->copies.size());  // an empty group is a group too
@@ -688,10 +713,10 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
     if (s >= 1)
       for (size_t i = 0; i < regions.size(); ++i) std::memcpy(bytes_of(regions[i]), start[i].data(), start[i].size());
     const Schedule schedule = s == 0 ? Schedule::kForward : s == 1 ? Schedule::kReverse : Schedule::kShuffled;
-    std::string error;
-    if (!run_grid(l, schedule, 0x5eed0000u + static_cast<uint64_t>(s), error)) {
-      fault(device, cudaErrorLaunchFailure, "synccheck",
-            describe_launch(l) + ", " + kNames[std::min(s, 2)] + " schedule, " + error);
+    Failure failure;
+    if (!run_grid(l, schedule, 0x5eed0000u + static_cast<uint64_t>(s), failure)) {
+      fault(device, failure.code, failure.check,
+            describe_launch(l) + ", " + kNames[std::min(s, 2)] + " schedule, " + failure.text);
       return;
     }
     for (const Allocation& a : regions) {

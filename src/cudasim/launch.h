@@ -37,6 +37,12 @@ void syncthreads(const char* file, int line);
 // site; returns what op gives this lane once all of them have (see block_runner.cpp).
 uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line);
 
+// Before a vector access of `bytes` (16, 8 or 4) at p (kernels/cuda/vec.cuh): true when p is a multiple of
+// `bytes`. Else, as a GPU faults ("misaligned address"), the launch fails: a memcheck report naming the
+// kernel, block, thread, call site and the address in its allocation, and the device's sticky
+// cudaErrorMisalignedAddress; the caller then skips the access (a load reads zeros).
+bool check_vector_access(const void* p, size_t bytes, bool store, const char* file, int line);
+
 // One kernel argument as the launch check sees it: a pointer (must be device memory or null), or
 // the bytes of any other value (scanned for words that point into device memory).
 struct ArgView {

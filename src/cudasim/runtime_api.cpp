@@ -168,6 +168,38 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int d) {
   return cudaSuccess;
 }
 
+// The attributes launchers size their grids by, with cudaGetDeviceProperties' values; any other is
+// cudaErrorInvalidValue (unmodelled, never a made-up number).
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d) {
+  if (!value) return fail(cudaErrorInvalidValue);
+  if (!valid_ordinal(d)) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount:
+      *value = 1;  // blocks run one at a time (as cudaGetDeviceProperties says)
+      return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerMultiProcessor:
+      *value = 2048;
+      return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock:
+      *value = 1024;
+      return cudaSuccess;
+    case cudaDevAttrWarpSize:
+      *value = 32;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = 227 << 10;
+      return cudaSuccess;
+    default:
+      return fail(cudaErrorInvalidValue);
+  }
+}
+
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (const cudaError_t e = device_state(); e != cudaSuccess) return fail(e);
   if (!free_bytes || !total_bytes) return fail(cudaErrorInvalidValue);
@@ -488,6 +520,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "no CUDA-capable device is detected";
     case cudaErrorIllegalAddress:
       return "an illegal memory access was encountered";
+    case cudaErrorMisalignedAddress:
+      return "misaligned address";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
     case cudaErrorNotSupported:

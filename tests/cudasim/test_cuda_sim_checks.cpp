@@ -5,8 +5,8 @@
 // cudaGetLastError, or a sticky error from the next synchronisation): a missing __syncthreads, a
 // barrier not reached by every thread, divergent barriers, a shuffle whose mask does not match the
 // lanes that reach it, a shuffle reading a lane outside the operation, blocks racing on one element,
-// writes and reads out of bounds, host or freed pointers as arguments, bad launch configurations,
-// and reads of memory nobody wrote.
+// writes and reads out of bounds, a misaligned 16-byte vector access, host or freed pointers as arguments,
+// bad launch configurations, and reads of memory nobody wrote.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -20,6 +20,7 @@
 #include "sim_test_util.h"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/vec.cuh"
 
 namespace sftdp::test {
 namespace {
@@ -96,6 +97,13 @@ __global__ void write_one_past_end_kernel(float* out, int n) {
 }
 
 __global__ void read_past_end_kernel(float* out, const float* in, int n) { out[threadIdx.x] = in[n + threadIdx.x]; }
+
+// 16-byte vector copy (kernels/cuda/vec.cuh) at element offsets: an offset that is not a multiple of 4 floats
+// is a misaligned 128-bit access, which a GPU refuses.
+__global__ void vector_copy_kernel(float* out, const float* in, int out_offset, int in_offset) {
+  const int i = static_cast<int>(4 * threadIdx.x);
+  cuda::store_vec(out + out_offset + i, cuda::load_vec(in + in_offset + i));
+}
 
 // ---- tests ------------------------------------------------------------------------------------------
 using SimChecks = SimTest;
@@ -222,6 +230,31 @@ TEST_F(SimChecks, BadLaunchConfigurationsFailAsOnAGpu) {
   EXPECT_REPORT("launch", "fill_kernel", "block (1,1,65)");
   EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);  // nothing was queued
   for (float v : host(out, 2048)) EXPECT_TRUE(std::isnan(v));
+}
+
+TEST_F(SimChecks, MisalignedVectorAccessIsAStickyMisalignedAddress) {
+  std::vector<float> values(4 * 32 + 8);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const float* in = device_from(values);
+  float* out = device<float>(4 * 32 + 8);
+  SFTDP_LAUNCH(vector_copy_kernel, 1, 32, 0, stream_, out, in, 0, 4);  // both 16-byte aligned: fine
+  const auto copied = host(out, 4 * 32);
+  for (int i = 0; i < 4 * 32; ++i) ASSERT_EQ(copied[i], values[4 + i]) << i;
+  EXPECT_TRUE(sim::reports().empty()) << all_reports();
+
+  SFTDP_LAUNCH(vector_copy_kernel, 1, 32, 0, stream_, out, in, 0, 1);  // the load 4 bytes past a boundary
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the launch itself is fine
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaErrorMisalignedAddress);
+  EXPECT_REPORT("memcheck", "vector_copy_kernel", "misaligned address", "16-byte vector load", "byte 4 of allocation");
+  EXPECT_STREQ(cudaGetErrorString(cudaErrorMisalignedAddress), "misaligned address");
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 16), cudaErrorMisalignedAddress);  // sticky, as on a GPU
+
+  sim::clear_sticky_error();
+  sim::clear_reports();
+  SFTDP_LAUNCH(vector_copy_kernel, 1, 32, 0, stream_, out, in, 2, 0);  // the store 8 bytes past a boundary
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaErrorMisalignedAddress);
+  EXPECT_REPORT("memcheck", "vector_copy_kernel", "misaligned address", "16-byte vector store", "byte 8 of allocation");
 }
 
 // Out-of-bounds accesses: in the plain simulator build a write into an allocation's slack is a

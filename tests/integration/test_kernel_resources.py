@@ -1,8 +1,11 @@
 """The compiler's resource report (scripts/kernel_resources.py) as a test: no kernel or called device
 function of kernels/cuda/ and src/comm/ uses local memory (a stack frame) or spills registers, every
-kernel's block size is tied to its launch, and each tensor-core file (kernels/cuda/attention_tc.cu)
-exists and holds mma.sync in its PTX. First the report's parts on canned inputs: ptxas's output with a
-planted stack frame and spill (reported with kernel, file and bytes), the occupancy arithmetic on
+kernel's block size is tied to its launch, each tensor-core file (kernels/cuda/attention_tc.cu)
+exists and holds mma.sync in its PTX, and every training-path memory-bound kernel the script lists
+(VECTORISED_KERNELS) is still defined in its file, moves global memory in vectors (.v4/.v2) and divides no
+64-bit integer (div/rem .u64/.s64) in its PTX. First the report's parts on canned inputs: ptxas's output
+with a planted stack frame and spill (reported with kernel, file and bytes), PTX with and without vector
+accesses and with a 64-bit division in the kernel and in a function it calls, the occupancy arithmetic on
 hand-worked cases, the constants a launch's block size is read from. The compiling tests need nvcc and
 are skipped, saying so, only where it is absent (CI always has it); none runs sanitized code
 (scripts/test.sh leaves this file out of its ASan run)."""
@@ -54,6 +57,61 @@ void launch(cudaStream_t stream) {
 }  // namespace sftdp::cuda
 """
 
+# The PTX of the same two kernels: uses_const moves memory in vectors (and divides doubles, which is fine);
+# spill_kernel loads scalars (a shared-memory vector is not a global access), divides a 64-bit integer and
+# calls a function that takes a 64-bit remainder; a declaration without a body is not a function.
+CANNED_PTX = """\
+.version 8.8
+.target sm_90
+.address_size 64
+
+.extern .func  (.param .b32 func_retval0) vprintf
+(
+	.param .b64 vprintf_param_0,
+	.param .b64 vprintf_param_1
+)
+;
+.func  (.param .b64 func_retval0) _Z10div_helpermm(
+	.param .b64 _Z10div_helpermm_param_0,
+	.param .b64 _Z10div_helpermm_param_1
+)
+{
+	.reg .b64 	%rd<4>;
+	ld.param.u64 	%rd1, [_Z10div_helpermm_param_0];
+	ld.param.u64 	%rd2, [_Z10div_helpermm_param_1];
+	rem.u64 	%rd3, %rd1, %rd2;
+	st.param.b64 	[func_retval0], %rd3;
+	ret;
+}
+
+.visible .entry _Z10uses_constPf(
+	.param .u64 _Z10uses_constPf_param_0
+)
+{
+	ld.global.nc.v4.f32 	{%f1, %f2, %f3, %f4}, [%rd2];
+	st.global.wb.v4.s32 	[%rd3], {%r1, %r2, %r3, %r4};
+	div.rn.f64 	%fd3, %fd1, %fd2;
+	ret;
+}
+
+.entry _Z12spill_kernelPfPKfi(
+	.param .u64 _Z12spill_kernelPfPKfi_param_0,
+	.param .u64 _Z12spill_kernelPfPKfi_param_1,
+	.param .u32 _Z12spill_kernelPfPKfi_param_2
+)
+{
+	ld.global.f32 	%f1, [%rd1];
+	ld.shared.v4.f32 	{%f1, %f2, %f3, %f4}, [%r1];
+	div.u64 	%rd5, %rd3, %rd4;
+	{ // callseq 0, 0
+	.param .b64 param0;
+	.param .b64 retval0;
+	call.uni (retval0), _Z10div_helpermm, (param0, param1);
+	}
+	st.global.f32 	[%rd2], %f1;
+	ret;
+}
+"""
 
 @pytest.fixture
 def canned_root(tmp_path):
@@ -80,16 +138,61 @@ def test_ptxas_report_is_read_per_function():
 def test_planted_stack_frame_and_spills_are_reported_with_kernel_file_and_bytes(canned_root):
     result = kr.analyse("kernels/cuda/canned.cu", 0, CANNED_PTXAS, ptx="", cubin=None, root=canned_root)
     assert [k["name"] for k in result["kernels"]] == ["spill_kernel", "uses_const"]  # demangled, sorted
-    problems = kr.problems([result], tensor_core_files=(), root=canned_root)
+    problems = kr.problems([result], tensor_core_files=(), root=canned_root, vectorised_kernels={})
     assert problems == [
         "kernels/cuda/canned.cu: kernel spill_kernel: 624 bytes stack frame (local memory), 388 bytes spill "
         "stores, 440 bytes spill loads",
         "kernels/cuda/canned.cu: device function __internal_trig_reduction_slowpathd: 40 bytes stack frame "
         "(local memory), 0 bytes spill stores, 0 bytes spill loads"]
     clean = dict(result, kernels=[k for k in result["kernels"] if k["name"] == "uses_const"], device_functions=[])
-    assert kr.problems([clean], tensor_core_files=(), root=canned_root) == []
-    assert kr.problems([dict(clean, status=1, log="error: x")], tensor_core_files=(), root=canned_root) == [
+    assert kr.problems([clean], tensor_core_files=(), root=canned_root, vectorised_kernels={}) == []
+    assert kr.problems([dict(clean, status=1, log="error: x")], tensor_core_files=(), root=canned_root,
+                       vectorised_kernels={}) == [
         "kernels/cuda/canned.cu: nvcc failed (exit 1):\nerror: x"]
+
+
+def test_ptx_is_read_per_function_with_the_functions_it_calls():
+    functions = kr.ptx_functions(CANNED_PTX)
+    assert sorted(functions) == ["_Z10div_helpermm", "_Z10uses_constPf", "_Z12spill_kernelPfPKfi"]  # no vprintf
+    assert "rem.u64" in functions["_Z10div_helpermm"] and "rem.u64" not in functions["_Z12spill_kernelPfPKfi"]
+    assert "rem.u64" in kr.ptx_of(functions, "_Z12spill_kernelPfPKfi")  # through the call
+    assert "div.rn.f64" in kr.ptx_of(functions, "_Z10uses_constPf")
+
+
+def test_a_listed_kernel_without_vectors_with_a_64bit_division_renamed_or_gone_is_reported(canned_root):
+    result = kr.analyse("kernels/cuda/canned.cu", 0, CANNED_PTXAS, ptx=CANNED_PTX, cubin=None, root=canned_root)
+    rows = {k["name"]: k for k in result["kernels"]}
+    assert (rows["uses_const"]["vector_ptx"], rows["uses_const"]["div64_ptx"]) == (2, 0)  # div.rn.f64 is no integer
+    assert (rows["spill_kernel"]["vector_ptx"], rows["spill_kernel"]["div64_ptx"]) == (0, 2)
+
+    def listed(vectorised):
+        return [p for p in kr.problems([result], tensor_core_files=(), root=canned_root,
+                                       vectorised_kernels=vectorised) if "VECTORISED_KERNELS" in p]
+    assert listed({"uses_const": "kernels/cuda/canned.cu"}) == []
+    assert listed({"spill_kernel": "kernels/cuda/canned.cu"}) == [
+        "kernels/cuda/canned.cu: kernel spill_kernel: no vector global access (ld/st.global .v4/.v2) in its PTX "
+        "(a training-path memory-bound kernel: VECTORISED_KERNELS)",
+        "kernels/cuda/canned.cu: kernel spill_kernel: 2 64-bit integer division(s) (div/rem .u64/.s64) in its PTX "
+        "(a training-path memory-bound kernel: VECTORISED_KERNELS)"]
+    assert listed({"renamed_kernel": "kernels/cuda/canned.cu"}) == [
+        "kernels/cuda/canned.cu: no kernel renamed_kernel, which VECTORISED_KERNELS lists (renamed or removed? "
+        "update the list)"]
+    assert listed({"gone_kernel": "kernels/cuda/gone.cu"}) == [
+        "kernels/cuda/gone.cu: missing, but VECTORISED_KERNELS lists its kernel gone_kernel"]
+    # a file that exists but was not compiled in this run (a run on some files only) is not checked
+    assert listed({"some_kernel": "kernels/cuda/common.cuh"}) == []
+    # without a PTX (nvcc kept none) a listed kernel has no vector access
+    no_ptx = kr.analyse("kernels/cuda/canned.cu", 0, CANNED_PTXAS, ptx=None, cubin=None, root=canned_root)
+    assert any("uses_const: no vector global access" in p for p in kr.problems(
+        [no_ptx], tensor_core_files=(), root=canned_root, vectorised_kernels={"uses_const": "kernels/cuda/canned.cu"}))
+
+
+def test_every_listed_vectorised_kernel_is_defined_in_its_file():
+    for name, rel in kr.VECTORISED_KERNELS.items():
+        path = os.path.join(SOURCE, rel)
+        assert os.path.exists(path), f"VECTORISED_KERNELS: {rel} (of {name}) does not exist"
+        with open(path) as f:
+            assert name in kr.kernel_definitions(kr.strip_comments(f.read())), f"{rel} defines no kernel {name}"
 
 
 def test_block_sizes_come_from_the_launch_and_its_constants(canned_root):
@@ -165,11 +268,14 @@ def test_names_are_demangled_and_shortened():
 
 def test_a_tensor_core_file_missing_or_without_mma_is_reported(canned_root):
     result = kr.analyse("kernels/cuda/canned.cu", 0, "", ptx="wmma.load.a.sync\n", cubin=None, root=canned_root)
-    assert kr.problems([result], tensor_core_files=("kernels/cuda/canned.cu",), root=canned_root) == [
+    assert kr.problems([result], tensor_core_files=("kernels/cuda/canned.cu",), root=canned_root,
+                       vectorised_kernels={}) == [
         "kernels/cuda/canned.cu: tensor-core file without an mma.sync instruction in its PTX"]
     with_mma = dict(result, mma_ptx=1)
-    assert kr.problems([with_mma], tensor_core_files=("kernels/cuda/canned.cu",), root=canned_root) == []
-    assert kr.problems([with_mma], tensor_core_files=("kernels/cuda/gone_tc.cu",), root=canned_root) == [
+    assert kr.problems([with_mma], tensor_core_files=("kernels/cuda/canned.cu",), root=canned_root,
+                       vectorised_kernels={}) == []
+    assert kr.problems([with_mma], tensor_core_files=("kernels/cuda/gone_tc.cu",), root=canned_root,
+                       vectorised_kernels={}) == [
         "kernels/cuda/gone_tc.cu: tensor-core file missing"]
 
 
@@ -205,9 +311,18 @@ def test_tensor_core_files_hold_mma_instructions(report):
     assert not bad, "\n".join(bad)
 
 
+def test_training_path_memory_bound_kernels_move_vectors_and_divide_no_64bit_integer(report):
+    results, problems = report
+    bad = [p for p in problems if "VECTORISED_KERNELS" in p]
+    assert not bad, "\n".join(bad)
+    compiled = {(r["file"], kr.base_name(k["name"])) for r in results for k in r["kernels"]}
+    assert {(rel, name) for name, rel in kr.VECTORISED_KERNELS.items()} <= compiled
+
+
 def test_every_block_size_is_tied_to_its_launch(report):
     _, problems = report
-    bad = [p for p in problems if "stack frame" not in p and "nvcc failed" not in p and "tensor-core" not in p]
+    bad = [p for p in problems if "stack frame" not in p and "nvcc failed" not in p and "tensor-core" not in p
+           and "VECTORISED_KERNELS" not in p]
     assert not bad, "\n".join(bad)
 
 
