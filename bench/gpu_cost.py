@@ -162,12 +162,14 @@ KERNELS = {
     "residual_fwd_kernel": K("residual.cu", "out a b N", "memory", lambda a: a.N, lambda a: 12 * a.N),
     "gelu_fwd_kernel": K("gelu.cu", "out inp N", "memory", lambda a: 12 * a.N, lambda a: 8 * a.N),
     "gelu_bwd_kernel": K("gelu.cu", "dinp inp dout N", "memory", lambda a: 24 * a.N, lambda a: 12 * a.N),
-    "swiglu_fwd_kernel": K("swiglu.cu", "out inp F N", "memory", lambda a: 8 * a.N * a.F, lambda a: 12 * a.N * a.F),
+    # swiglu.cu: fp32 or bf16 storage (act16), from the recorded type: 3 and 5 elements moved per output element
+    "swiglu_fwd_kernel": K("swiglu.cu", "out inp F N", "memory", lambda a: 8 * a.N * a.F,
+                           lambda a: 3 * _elem(a.types["out"]) * a.N * a.F),
     "swiglu_bwd_kernel": K("swiglu.cu", "dinp inp dout F N", "memory",
-                           lambda a: 14 * a.N * a.F, lambda a: 20 * a.N * a.F),
+                           lambda a: 14 * a.N * a.F, lambda a: 5 * _elem(a.types["dinp"]) * a.N * a.F),
     # gather.cu: the fused head's row gather / scatter (n rows of C elements, one index per row)
-    "copy_rows_kernel": K("gather.cu", "out inp idx C n", "memory",
-                          lambda a: 0, lambda a: 8 * a.n * a.C + F4 * a.n),
+    "copy_rows_kernel": K("gather.cu", "out inp idx C n scatter", "memory",
+                          lambda a: 0, lambda a: 2 * _elem(a.types["out"]) * a.n * a.C + F4 * a.n),
     # gemm.cu: the bias when cuBLASLt's epilogue cannot take it
     "add_bias_kernel": K("gemm.cu", "C bias M N ldc", "memory", lambda a: a.M * a.N,
                          lambda a: 8 * a.M * a.N + F4 * a.N),
@@ -216,9 +218,9 @@ KERNELS = {
     "weight_partials_kernel": K("rmsnorm.cu", "partials dout inp rstd M H h0 row_stride rstd_stride n", "memory",
                                 lambda a: 3 * a.M * a.n, lambda a: 8 * a.M * a.n + F4 * a.M + F4 * a.grid[0] * a.n),
     # rope.cu: in place over the q and k heads of BT tokens, BT·(NH+KVH)·HS/2 pairs
-    "rope_kernel": K("rope.cu", "qkv positions inv_freq T NH KVH HS BT", "memory",
+    "rope_kernel": K("rope.cu", "qkv positions inv_freq T NH KVH HS BT transpose", "memory",
                      lambda a: 6 * a.BT * (a.NH + a.KVH) * (a.HS // 2),
-                     lambda a: 16 * a.BT * (a.NH + a.KVH) * (a.HS // 2) + F4 * a.HS // 2
+                     lambda a: 4 * _elem(a.types["qkv"]) * a.BT * (a.NH + a.KVH) * (a.HS // 2) + F4 * a.HS // 2
                      + (0 if a.null("positions") else F4 * a.BT)),
     # cross_entropy.cu: one block per row (grid.x rows); logits read once, dlogits written in place, in their
     # storage (fp32, or bf16 on the act16 path)

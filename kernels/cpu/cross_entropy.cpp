@@ -13,7 +13,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/act16.h"
+#include "kernels/cpu/act16_util.h"
 #include "kernels/cpu/vec_math.h"
 #include "sftdp/check.h"
 
@@ -114,13 +114,9 @@ void cross_entropy_fwd_bwd(float* sums, uint16_t* dlogits, const uint16_t* logit
                            const float* weights, int N, int V) {
   SFTDP_ASSERT(N >= 0 && V > 0 && ld >= V, "act16::cross_entropy_fwd_bwd: need N >= 0, V > 0, ld >= V");
   // The fp32 twin on the widened rows, then each dlogit rounded once (kernels/act16.h).
-  std::vector<float> x(static_cast<size_t>(N) * V);
-  for (size_t n = 0; n < static_cast<size_t>(N); ++n)
-    for (int v = 0; v < V; ++v) x[n * V + v] = ::sftdp::act16::to_float(logits[n * ld + v]);
+  std::vector<float> x = widen(logits, N, V, ld);
   cpu::cross_entropy_fwd_bwd(sums, dlogits ? x.data() : nullptr, x.data(), targets, weights, N, V);
-  if (!dlogits) return;
-  for (size_t n = 0; n < static_cast<size_t>(N); ++n)
-    for (int v = 0; v < V; ++v) dlogits[n * ld + v] = ::sftdp::act16::to_bf16(x[n * V + v]);
+  if (dlogits) narrow(dlogits, x.data(), N, V, ld);
 }
 
 }  // namespace act16

@@ -22,4 +22,20 @@ void scatter_rows(float* out, const float* inp, const int32_t* idx, int n, int C
     std::memcpy(out + static_cast<size_t>(idx[i]) * row, inp + static_cast<size_t>(i) * row, row * sizeof(float));
 }
 
+namespace act16 {  // the same copies of bf16 rows
+
+void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C) {
+  const size_t row = static_cast<size_t>(C);
+  for (int i = 0; i < n; ++i)
+    std::memcpy(out + static_cast<size_t>(i) * row, inp + static_cast<size_t>(idx[i]) * row, row * sizeof(uint16_t));
+}
+
+void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C) {
+  const size_t row = static_cast<size_t>(C);
+  for (int i = 0; i < n; ++i)
+    std::memcpy(out + static_cast<size_t>(idx[i]) * row, inp + static_cast<size_t>(i) * row, row * sizeof(uint16_t));
+}
+
+}  // namespace act16
+
 }  // namespace sftdp::cpu

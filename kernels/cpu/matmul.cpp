@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/act16_util.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/gelu.h"
 #include "sftdp/check.h"
@@ -76,14 +77,6 @@ namespace act16 {
 namespace {
 using ::sftdp::act16::to_bf16;
 using ::sftdp::act16::to_float;
-
-// A bf16 matrix (rows × cols at row stride ld) widened to a contiguous fp32 one.
-std::vector<float> widen(const uint16_t* p, size_t rows, size_t cols, size_t ld) {
-  std::vector<float> out(rows * cols);
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t c = 0; c < cols; ++c) out[r * cols + c] = to_float(p[r * ld + c]);
-  return out;
-}
 
 // What the GPU's GEMMs read for an fp32 parameter: its bf16 copy.
 std::vector<float> rounded(const float* p, size_t n) {

@@ -86,11 +86,17 @@ const Ops& cpu_ops() {
       .kv_attention_fwd = cpu::kv_attention_fwd,
       .act16 =  // the bf16 activation path's CPU twins (kernels/act16.h), filled as they land
           {
+              .rope_fwd = cpu::act16::rope_fwd,
+              .rope_bwd = cpu::act16::rope_bwd,
+              .swiglu_fwd = cpu::act16::swiglu_fwd,
+              .swiglu_bwd = cpu::act16::swiglu_bwd,
               .attention_fwd = cpu::act16::attention_fwd,
               .attention_bwd = cpu::act16::attention_bwd,
               .linear_fwd = cpu::act16::linear_fwd,
               .linear_bwd = cpu::act16::linear_bwd,
               .cross_entropy_fwd_bwd = cpu::act16::cross_entropy_fwd_bwd,
+              .gather_rows = cpu::act16::gather_rows,
+              .scatter_rows = cpu::act16::scatter_rows,
           },
       .scratch_bytes = host_scratch_bytes,
   };

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
+#include "kernels/cpu/act16_util.h"
 #include "sftdp/check.h"
 
 namespace sftdp::cpu {
@@ -64,5 +66,21 @@ void rope_bwd(float* dqkv, const int32_t* positions, const float* inv_freq,  // 
               int B, int T, int NH, int KVH, int HS) {
   rope<-1>(dqkv, positions, inv_freq, B, T, NH, KVH, HS);
 }
+
+namespace act16 {  // the fp32 twins on the widened rows, each value rounded back once (v's are unchanged)
+
+void rope_fwd(uint16_t* qkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH, int HS) {
+  std::vector<float> x = widen(qkv, static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS);
+  cpu::rope_fwd(x.data(), positions, inv_freq, B, T, NH, KVH, HS);
+  narrow(qkv, x);
+}
+
+void rope_bwd(uint16_t* dqkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH, int HS) {
+  std::vector<float> x = widen(dqkv, static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS);
+  cpu::rope_bwd(x.data(), positions, inv_freq, B, T, NH, KVH, HS);
+  narrow(dqkv, x);
+}
+
+}  // namespace act16
 
 }  // namespace sftdp::cpu

@@ -3,6 +3,10 @@
 // Parallel over rows; each element's result depends on that element alone: deterministic.
 #include "kernels/swiglu.h"
 
+#include <vector>
+
+#include "kernels/cpu/act16_util.h"
+
 #include <cstddef>
 
 #include "kernels/cpu/vec_math.h"
@@ -37,5 +41,23 @@ void swiglu_bwd(float* dinp, const float* inp, const float* dout, int N, int F) 
     }
   }
 }
+
+namespace act16 {
+
+void swiglu_fwd(uint16_t* out, const uint16_t* inp, int N, int F) {
+  const size_t n = static_cast<size_t>(N), f = static_cast<size_t>(F);
+  std::vector<float> y(n * f);
+  cpu::swiglu_fwd(y.data(), widen(inp, n * 2 * f).data(), N, F);
+  narrow(out, y);
+}
+
+void swiglu_bwd(uint16_t* dinp, const uint16_t* inp, const uint16_t* dout, int N, int F) {
+  const size_t n = static_cast<size_t>(N), f = static_cast<size_t>(F);
+  std::vector<float> d(n * 2 * f);
+  cpu::swiglu_bwd(d.data(), widen(inp, n * 2 * f).data(), widen(dout, n * f).data(), N, F);
+  narrow(dinp, d);
+}
+
+}  // namespace act16
 
 }  // namespace sftdp::cpu

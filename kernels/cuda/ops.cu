@@ -128,12 +128,18 @@ constexpr Ops make_cuda_ops() {
       .kv_attention_fwd = on_stream<&cpu::kv_attention_fwd, &cuda::kv_attention_fwd>(),
       .act16 =  // the bf16 activation path (kernels/act16.h), filled as its twins land
           {
+              .rope_fwd = on_stream<&cpu::act16::rope_fwd, &cuda::act16::rope_fwd>(),
+              .rope_bwd = on_stream<&cpu::act16::rope_bwd, &cuda::act16::rope_bwd>(),
+              .swiglu_fwd = on_stream<&cpu::act16::swiglu_fwd, &cuda::act16::swiglu_fwd>(),
+              .swiglu_bwd = on_stream<&cpu::act16::swiglu_bwd, &cuda::act16::swiglu_bwd>(),
               .attention_fwd = on_stream<&cpu::act16::attention_fwd, &cuda::act16::attention_fwd>(),
               .attention_bwd = on_stream<&cpu::act16::attention_bwd, &cuda::act16::attention_bwd>(),
               .linear_fwd = on_stream<&cpu::act16::linear_fwd, &cuda::act16::linear_fwd>(),
               .linear_bwd = on_stream<&cpu::act16::linear_bwd, &cuda::act16::linear_bwd>(),
               .cross_entropy_fwd_bwd =
                   on_stream<&cpu::act16::cross_entropy_fwd_bwd, &cuda::act16::cross_entropy_fwd_bwd>(),
+              .gather_rows = on_stream<&cpu::act16::gather_rows, &cuda::act16::gather_rows>(),
+              .scatter_rows = on_stream<&cpu::act16::scatter_rows, &cuda::act16::scatter_rows>(),
           },
       .scratch_bytes = &cuda::scratch_bytes<inputs>,
   };

@@ -60,12 +60,11 @@ __device__ __forceinline__ void cos_sin(double a, double* c, double* s) {
   *c = quadrant == 0 ? cos_r : quadrant == 1 ? -sin_r : quadrant == 2 ? -cos_r : sin_r;
 }
 
-// (x0, x1) of one pair rotated by the angle whose cosine and sine are c and s (kTranspose: by −a).
+// (x0, x1) of one pair rotated by the angle whose cosine and sine are c and s (transpose: by −a).
 // Explicitly rounded products (no FMA contraction), as a plain C++ loop computes them.
-template <bool kTranspose>
-__device__ __forceinline__ void rotate(float& x0, float& x1, float c, float s) {
+__device__ __forceinline__ void rotate(float& x0, float& x1, float c, float s, bool transpose) {
   const float x0c = __fmul_rn(x0, c), x1s = __fmul_rn(x1, s), x1c = __fmul_rn(x1, c), x0s = __fmul_rn(x0, s);
-  if (kTranspose) {  // rotation by −a: [c s; −s c]
+  if (transpose) {  // rotation by −a: [c s; −s c]
     x0 = __fadd_rn(x0c, x1s);
     x1 = __fsub_rn(x1c, x0s);
   } else {  // rotation by a: [c −s; s c]
@@ -79,16 +78,17 @@ __device__ __forceinline__ void rotate(float& x0, float& x1, float c, float s) {
 // row allows (vec.cuh), else one at a time; each lane forms cos/sin of its i once and rotates pair i of
 // every q and k head of the token (heads j < NH + KVH, at bt·QKV + j·HS), so the angle is computed once
 // per (token, i), not once per head.
-template <bool kTranspose>
-__global__ void rope_kernel(float* qkv, const int32_t* positions, const float* inv_freq, int T, int NH, int KVH, int HS,
-                            size_t BT) {
-  constexpr int V = Vec<float>::kSize;
+// S: the storage (fp32; bf16 on the act16 path, rotated in fp32 and rounded once); transpose: rope_bwd.
+template <class S>
+__global__ void rope_kernel(S* qkv, const int32_t* positions, const float* inv_freq, int T, int NH, int KVH, int HS,
+                            size_t BT, bool transpose) {
+  constexpr int V = Vec<S>::kSize;
   const int half = HS / 2, heads = NH + KVH;
   const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS;
   for_each_row_by_warp(BT, [&](size_t bt, int lane) {
     const int32_t pos =
         positions ? positions[bt] : static_cast<int32_t>(static_cast<uint32_t>(bt) % static_cast<uint32_t>(T));
-    float* row = qkv + bt * QKV;
+    S* row = qkv + bt * QKV;
     const auto cos_sin_of = [&](size_t i, float* c, float* s) {
       double cos_a, sin_a;
       cos_sin(static_cast<double>(pos) * static_cast<double>(inv_freq[i]), &cos_a, &sin_a);
@@ -104,10 +104,14 @@ __global__ void rope_kernel(float* qkv, const int32_t* positions, const float* i
           SFTDP_UNROLL
           for (int k = 0; k < V; ++k) cos_sin_of(i + k, &c[k], &s[k]);
           for (int j = 0; j < heads; ++j) {
-            float* x = row + static_cast<size_t>(j) * HS;
-            Vec<float> x0 = load_vec(x + i), x1 = load_vec(x + i + half);
+            S* x = row + static_cast<size_t>(j) * HS;
+            Vec<S> x0 = load_vec(x + i), x1 = load_vec(x + i + half);
             SFTDP_UNROLL
-            for (int k = 0; k < V; ++k) rotate<kTranspose>(x0[k], x1[k], c[k], s[k]);
+            for (int k = 0; k < V; ++k) {
+              float a = to_float(x0[k]), b = to_float(x1[k]);
+              rotate(a, b, c[k], s[k], transpose);
+              x0[k] = from_float<S>(a), x1[k] = from_float<S>(b);
+            }
             store_vec(x + i, x0);
             store_vec(x + i + half, x1);
           }
@@ -116,19 +120,19 @@ __global__ void rope_kernel(float* qkv, const int32_t* positions, const float* i
           float c, s;
           cos_sin_of(i, &c, &s);
           for (int j = 0; j < heads; ++j) {
-            float* x = row + static_cast<size_t>(j) * HS;
-            float x0 = x[i], x1 = x[i + half];
-            rotate<kTranspose>(x0, x1, c, s);
-            x[i] = x0;
-            x[i + half] = x1;
+            S* x = row + static_cast<size_t>(j) * HS;
+            float x0 = to_float(x[i]), x1 = to_float(x[i + half]);
+            rotate(x0, x1, c, s, transpose);
+            x[i] = from_float<S>(x0);
+            x[i + half] = from_float<S>(x1);
           }
         });
   });
 }
 
-template <bool kTranspose>
-void rope(const char* op, float* qkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH,
-          int HS, cudaStream_t stream) {
+template <class S>
+void rope(const char* op, S* qkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH,
+          int HS, bool transpose, cudaStream_t stream) {
   SFTDP_ASSERT(B >= 0 && T > 0 && NH > 0 && KVH > 0 && HS > 0 && HS % 2 == 0,
                std::string(op) + ": need B >= 0, T, NH, KVH > 0 and HS positive and even (got B=" + std::to_string(B) +
                    " T=" + std::to_string(T) + " NH=" + std::to_string(NH) + " KVH=" + std::to_string(KVH) +
@@ -136,8 +140,8 @@ void rope(const char* op, float* qkv, const int32_t* positions, const float* inv
   const size_t BT = static_cast<size_t>(B) * T;
   if (BT == 0) return;
   SFTDP_ASSERT(BT <= UINT32_MAX, std::string(op) + ": B·T = " + std::to_string(BT) + " tokens exceed 2^32 - 1");
-  SFTDP_LAUNCH(rope_kernel<kTranspose>, row_blocks(BT, kBlock), kBlock, 0, stream, qkv, positions, inv_freq, T, NH, KVH,
-               HS, BT);
+  SFTDP_LAUNCH(rope_kernel<S>, row_blocks(BT, kBlock), kBlock, 0, stream, qkv, positions, inv_freq, T, NH, KVH, HS, BT,
+               transpose);
   CHECK_LAUNCH();
 }
 
@@ -145,12 +149,28 @@ void rope(const char* op, float* qkv, const int32_t* positions, const float* inv
 
 void rope_fwd(float* qkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH, int HS,
               cudaStream_t stream) {
-  rope<false>("rope_fwd", qkv, positions, inv_freq, B, T, NH, KVH, HS, stream);
+  rope("rope_fwd", qkv, positions, inv_freq, B, T, NH, KVH, HS, /*transpose=*/false, stream);
 }
 
 void rope_bwd(float* dqkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH, int HS,
               cudaStream_t stream) {
-  rope<true>("rope_bwd", dqkv, positions, inv_freq, B, T, NH, KVH, HS, stream);
+  rope("rope_bwd", dqkv, positions, inv_freq, B, T, NH, KVH, HS, /*transpose=*/true, stream);
 }
+
+namespace act16 {
+
+void rope_fwd(uint16_t* qkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH, int HS,
+              cudaStream_t stream) {
+  rope("act16::rope_fwd", reinterpret_cast<__nv_bfloat16*>(qkv), positions, inv_freq, B, T, NH, KVH, HS,
+       /*transpose=*/false, stream);
+}
+
+void rope_bwd(uint16_t* dqkv, const int32_t* positions, const float* inv_freq, int B, int T, int NH, int KVH, int HS,
+              cudaStream_t stream) {
+  rope("act16::rope_bwd", reinterpret_cast<__nv_bfloat16*>(dqkv), positions, inv_freq, B, T, NH, KVH, HS,
+       /*transpose=*/true, stream);
+}
+
+}  // namespace act16
 
 }  // namespace sftdp::cuda

@@ -18,7 +18,7 @@ constexpr int kBlock = 256;
 // σ(g) saturates to exactly 0 and 1 (e^−g overflowing to inf gives 0).
 __device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
 
-// T: the storage type (float; bf16 once activations are stored so), the maths in fp32.
+// T: the storage type (float; bf16 on the act16 path, kernels/act16.h), the maths in fp32.
 // Row n: out[n·F + f] from gate inp[n·2F + f] and up inp[n·2F + F + f].
 template <class T>
 __global__ void swiglu_fwd_kernel(T* out, const T* inp, int F, int N) {
@@ -101,5 +101,26 @@ void swiglu_bwd(float* dinp, const float* inp, const float* dout, int N, int F, 
   SFTDP_LAUNCH(swiglu_bwd_kernel<float>, row_blocks(N, kBlock), kBlock, 0, stream, dinp, inp, dout, F, N);
   CHECK_LAUNCH();
 }
+
+namespace act16 {
+
+void swiglu_fwd(uint16_t* out, const uint16_t* inp, int N, int F, cudaStream_t stream) {
+  check_dims("act16::swiglu_fwd", N, F);
+  if (N == 0) return;
+  SFTDP_LAUNCH(swiglu_fwd_kernel<__nv_bfloat16>, row_blocks(N, kBlock), kBlock, 0, stream,
+               reinterpret_cast<__nv_bfloat16*>(out), reinterpret_cast<const __nv_bfloat16*>(inp), F, N);
+  CHECK_LAUNCH();
+}
+
+void swiglu_bwd(uint16_t* dinp, const uint16_t* inp, const uint16_t* dout, int N, int F, cudaStream_t stream) {
+  check_dims("act16::swiglu_bwd", N, F);
+  if (N == 0) return;
+  SFTDP_LAUNCH(swiglu_bwd_kernel<__nv_bfloat16>, row_blocks(N, kBlock), kBlock, 0, stream,
+               reinterpret_cast<__nv_bfloat16*>(dinp), reinterpret_cast<const __nv_bfloat16*>(inp),
+               reinterpret_cast<const __nv_bfloat16*>(dout), F, N);
+  CHECK_LAUNCH();
+}
+
+}  // namespace act16
 
 }  // namespace sftdp::cuda
