@@ -51,6 +51,9 @@ struct Ops {
   void (*zero)(void* p, size_t bytes);
   void (*to_device)(void* dst, const void* src, size_t bytes);  // host -> device
   void (*to_host)(void* dst, const void* src, size_t bytes);    // device -> host
+  // host -> device without waiting for the device: src may be reused when it returns (the CUDA tables stage it in
+  // pinned memory, kernels/cuda/staging.cu); dst is written when the table's queue reaches the copy
+  void (*to_device_async)(void* dst, const void* src, size_t bytes);
   void (*copy)(void* dst, const void* src, size_t bytes);       // device -> device
   void (*synchronize)();                                        // wait for queued work
   // The queue the kernel and memory entries run on, for code that must order its own work after
@@ -82,6 +85,7 @@ struct Ops {
   decltype(&cpu::scatter_rows) scatter_rows;
   decltype(&cpu::adamw_update) adamw_update;
   decltype(&cpu::sum_squares) sum_squares;
+  decltype(&cpu::adamw_step) adamw_step;  // the update decided on the device (kernels/adamw.h)
   decltype(&cpu::bf16_pack) bf16_pack;  // bf16 activation storage (dtype: bfloat16)
   decltype(&cpu::bf16_unpack) bf16_unpack;
   decltype(&cpu::bf16_mirror) bf16_mirror;  // bf16 copies the bf16 GEMMs read (kernels/bf16.h)

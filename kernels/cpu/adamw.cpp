@@ -46,6 +46,36 @@ void adamw_update(float* params, float* m, float* v,             // (N) all upda
   }
 }
 
+void adamw_step(float* params, float* m, float* v, const float* grads, size_t N, size_t n_decay,
+                const AdamwHyper* hyper, const float* sums, const float* sumsq, AdamwStats* stats) {
+  const AdamwHyper& h = *hyper;
+  AdamwStats s{};
+  s.weight_sum = sums[1];
+  if (!(s.weight_sum > 0)) {  // no token counted anywhere: nothing to learn from
+    s.skipped = 1;
+    *stats = s;
+    return;
+  }
+  s.loss = sums[0] / s.weight_sum;
+  s.grad_norm = std::sqrt(static_cast<double>(sumsq[0])) / s.weight_sum;
+  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
+    s.nonfinite = 1;
+    *stats = s;
+    return;
+  }
+  const double clip = h.clip > 0 && s.grad_norm > h.clip ? h.clip / s.grad_norm : 1.0;
+  const float grad_scale = static_cast<float>(clip / s.weight_sum);
+  const long long n_blocks = static_cast<long long>((N + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static)
+  for (long long blk = 0; blk < n_blocks; ++blk) {
+    const size_t lo = static_cast<size_t>(blk) * kBlock, hi = std::min(N, lo + kBlock);
+    for (size_t i = lo; i < hi; ++i)
+      adamw_element(params[i], m[i], v[i], grads[i] * grad_scale, h.b1, h.b2, h.eps, h.lr,
+                    i < n_decay ? h.weight_decay : 0.0f, h.inv_bias_correction1, h.inv_bias_correction2);
+  }
+  *stats = s;
+}
+
 void sum_squares(float* out, const float* x, size_t N) {  // (1) = ; (N)
   const size_t n_blocks = (N + kBlock - 1) / kBlock;
   // Grow-only per calling thread: no allocation per step (every block is written before it is

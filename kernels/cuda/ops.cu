@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/scratch.h"
+#include "kernels/cuda/staging.cuh"
 #include "kernels/ops.h"
 
 namespace sftdp {
@@ -37,6 +38,8 @@ void host_to_device(void* dst, const void* src, size_t bytes) {
   cuda::memcpy_async(dst, src, bytes, cudaMemcpyHostToDevice, stream());
   CHECK_CUDA(cudaStreamSynchronize(stream()));  // the caller may free or reuse src on return
 }
+
+void host_to_device_async(void* dst, const void* src, size_t bytes) { cuda::stage_to_device(dst, src, bytes, stream()); }
 
 void device_to_host(void* dst, const void* src, size_t bytes) {
   cuda::memcpy_async(dst, src, bytes, cudaMemcpyDeviceToHost, stream());
@@ -85,6 +88,7 @@ constexpr Ops make_cuda_ops() {
       .zero = device_zero,
       .to_device = host_to_device,
       .to_host = device_to_host,
+      .to_device_async = host_to_device_async,
       .copy = device_to_device,
       .synchronize = synchronize,
       .stream = table_stream,
@@ -116,6 +120,7 @@ constexpr Ops make_cuda_ops() {
       .scatter_rows = on_stream<&cpu::scatter_rows, &cuda::scatter_rows>(),
       .adamw_update = on_stream<&cpu::adamw_update, &cuda::adamw_update>(),
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
+      .adamw_step = on_stream<&cpu::adamw_step, &cuda::adamw_step>(),
       .bf16_pack = on_stream<&cpu::bf16_pack, &cuda::bf16_pack>(),
       .bf16_unpack = on_stream<&cpu::bf16_unpack, &cuda::bf16_unpack>(),
       .bf16_mirror = on_stream<&cpu::bf16_mirror, &cuda::bf16_mirror>(),

@@ -10,7 +10,9 @@
 // captures, and synchronising calls and "potentially unsafe" ones fail as the CUDA Programming Guide says.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -225,6 +227,21 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     dev.used -= bytes;
     return fail(cudaErrorMemoryAllocation);
   }
+  return cudaSuccess;
+}
+
+// Page-locked host memory: here plain host memory (the simulator's copies never fault or page), 4096-byte aligned;
+// "potentially unsafe" during a capture, as cudaMalloc.
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  if (!p) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = check_unsafe_call(); e != cudaSuccess) return fail(e);
+  *p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
+  return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  if (const cudaError_t e = check_unsafe_call(); e != cudaSuccess) return fail(e);
+  std::free(p);
   return cudaSuccess;
 }
 

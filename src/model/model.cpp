@@ -64,6 +64,7 @@ Ops counting_ops(const Ops& ops) {
   counting.zero = [](void*, size_t) {};
   counting.to_device = [](void*, const void*, size_t) {};
   counting.to_host = [](void*, const void*, size_t) {};
+  counting.to_device_async = [](void*, const void*, size_t) {};
   counting.copy = [](void*, const void*, size_t) {};
   counting.synchronize = [] {};
   t_counted = 0;
