@@ -84,7 +84,16 @@ const Ops& cpu_ops() {
       .lora_dropout = cpu::lora_dropout,
       .kv_append = cpu::kv_append,
       .kv_attention_fwd = cpu::kv_attention_fwd,
-      .act16 = {},  // filled as the act16 twins land (kernels/act16.h)
+      .act16 =
+          {
+              // filled as the act16 twins land (kernels/act16.h), in Ops::Act16's member order
+              .layernorm_fwd = cpu::act16::layernorm_fwd,
+              .layernorm_bwd = cpu::act16::layernorm_bwd,
+              .rmsnorm_fwd = cpu::act16::rmsnorm_fwd,
+              .rmsnorm_bwd = cpu::act16::rmsnorm_bwd,
+              .qk_rmsnorm_fwd = cpu::act16::qk_rmsnorm_fwd,
+              .qk_rmsnorm_bwd = cpu::act16::qk_rmsnorm_bwd,
+          },
       .scratch_bytes = host_scratch_bytes,
   };
   return ops;
