@@ -126,7 +126,16 @@ constexpr Ops make_cuda_ops() {
       .lora_dropout = on_stream<&cpu::lora_dropout, &cuda::lora_dropout>(),
       .kv_append = on_stream<&cpu::kv_append, &cuda::kv_append>(),
       .kv_attention_fwd = on_stream<&cpu::kv_attention_fwd, &cuda::kv_attention_fwd>(),
-      .act16 = {},  // filled as the act16 twins land (kernels/act16.h)
+      .act16 =
+          {
+              // filled as the act16 twins land (kernels/act16.h), in Ops::Act16's member order
+              .layernorm_fwd = on_stream<&cpu::act16::layernorm_fwd, &cuda::act16::layernorm_fwd>(),
+              .layernorm_bwd = on_stream<&cpu::act16::layernorm_bwd, &cuda::act16::layernorm_bwd>(),
+              .rmsnorm_fwd = on_stream<&cpu::act16::rmsnorm_fwd, &cuda::act16::rmsnorm_fwd>(),
+              .rmsnorm_bwd = on_stream<&cpu::act16::rmsnorm_bwd, &cuda::act16::rmsnorm_bwd>(),
+              .qk_rmsnorm_fwd = on_stream<&cpu::act16::qk_rmsnorm_fwd, &cuda::act16::qk_rmsnorm_fwd>(),
+              .qk_rmsnorm_bwd = on_stream<&cpu::act16::qk_rmsnorm_bwd, &cuda::act16::qk_rmsnorm_bwd>(),
+          },
       .scratch_bytes = &cuda::scratch_bytes<inputs>,
   };
 }
