@@ -132,6 +132,14 @@ def _attn_b(a, heads):  # batch rows of a CUDA-core attention launch: grid (ceil
     return a.grid[1] // heads
 
 
+def _act16_column_sums(a, sums, width):
+    """Bytes of an act16 norm backward's column sums (norm_act16.cuh): each wanted sum (its pointer not null)
+    read and written once (width fp32), and its per-block partials (grid[0] blocks, width padded to 4 floats)
+    written, then read by the last block."""
+    wanted = sum(1 for name in sums if not a.null(name))
+    return wanted * (2 * F4 * width + 2 * F4 * a.grid[0] * ((width + 3) // 4 * 4))
+
+
 F4 = 4  # bytes of an fp32 (or int32) element
 
 
@@ -217,6 +225,33 @@ KERNELS = {
     # grid (R chunks, ...): M vectors of n channels of dout and inp, one rstd each
     "weight_partials_kernel": K("rmsnorm.cu", "partials dout inp rstd M H h0 row_stride rstd_stride n", "memory",
                                 lambda a: 3 * a.M * a.n, lambda a: 8 * a.M * a.n + F4 * a.M + F4 * a.grid[0] * a.n),
+    # the act16 norms (kernels/act16.h), one launch each: bf16 out/dout/dres16/qkv (2 bytes), fp32 inp, dres,
+    # dres_in, statistics and sums; a backward's column sums through per-block partials (_act16_column_sums)
+    "layernorm_act16_fwd_kernel": K("layernorm.cu", "out mean rstd inp weight bias N C P", "memory",
+                                    lambda a: 8 * a.N * a.C, lambda a: 6 * a.N * a.C + 8 * a.C + 8 * a.N),
+    "layernorm_act16_bwd_kernel": K(
+        "layernorm.cu", "dres dres16 dweight dbias dres_in_sum dres_in dout inp weight mean rstd partials "
+        "blocks_done N C P", "memory", lambda a: 14 * a.N * a.C,
+        lambda a: a.N * a.C * (10 + (0 if a.null("dres16") else 2) + (0 if a.null("dres_in") else 4))
+        + F4 * a.C + 8 * a.N
+        + _act16_column_sums(a, ["dweight", "dbias"] + ([] if a.null("dres_in") else ["dres_in_sum"]), a.C)),
+    "rmsnorm_act16_fwd_kernel": K("rmsnorm.cu", "out rstd inp weight N C eps P", "memory",
+                                  lambda a: 4 * a.N * a.C, lambda a: 6 * a.N * a.C + F4 * a.C + F4 * a.N),
+    "rmsnorm_act16_bwd_kernel": K(
+        "rmsnorm.cu", "dres dres16 dweight dres_in dout inp weight rstd partials blocks_done N C P", "memory",
+        lambda a: 10 * a.N * a.C,
+        lambda a: a.N * a.C * (10 + (0 if a.null("dres16") else 2) + (0 if a.null("dres_in") else 4))
+        + F4 * a.C + F4 * a.N + _act16_column_sums(a, ["dweight"], a.C)),
+    # q and k heads normalised, v heads copied: the whole bf16 row read and written
+    "qk_rmsnorm_act16_fwd_kernel": K("rmsnorm.cu", "out rstd qkv q_weight k_weight N NH KVH HS eps P", "memory",
+                                     lambda a: 4 * a.N * (a.NH + a.KVH) * a.HS,
+                                     lambda a: 4 * a.N * (a.NH + 2 * a.KVH) * a.HS + 8 * a.HS
+                                     + F4 * a.N * (a.NH + a.KVH)),
+    "qk_rmsnorm_act16_bwd_kernel": K(
+        "rmsnorm.cu", "dqkv dq_weight dk_weight dout qkv q_weight k_weight rstd partials blocks_done N NH KVH HS P",
+        "memory", lambda a: 10 * a.N * (a.NH + a.KVH) * a.HS,
+        lambda a: 4 * a.N * (a.NH + 2 * a.KVH) * a.HS + 2 * a.N * (a.NH + a.KVH) * a.HS + 8 * a.HS
+        + F4 * a.N * (a.NH + a.KVH) + _act16_column_sums(a, ["dq_weight", "dk_weight"], a.HS)),
     # rope.cu: in place over the q and k heads of BT tokens, BT·(NH+KVH)·HS/2 pairs
     "rope_kernel": K("rope.cu", "qkv positions inv_freq T NH KVH HS BT transpose", "memory",
                      lambda a: 6 * a.BT * (a.NH + a.KVH) * (a.HS // 2),

@@ -26,6 +26,8 @@ void layernorm_bwd(float* dinp, float* dweight, float* dbias,        // (N,C) +=
 //                                                          of the Linear layer that wrote into the residual
 //                                                          stream whose gradient dres_in is
 // Column sums in fp32, deterministic (no atomic adds of values; an order fixed by N and C).
+// The GPU twins take C <= 8192 (an 8-column slot per thread, a row per block at most:
+// kernels/cuda/norm_act16.cuh).
 namespace sftdp::cpu::act16 {
 void layernorm_fwd(uint16_t* out, float* mean, float* rstd,               // (N,C) bf16 ; (N) (N)
                    const float* inp, const float* weight, const float* bias,  // (N,C) (C) (C)

@@ -30,7 +30,8 @@ void qk_rmsnorm_bwd(float* dqkv, float* dq_weight, float* dk_weight,  // (N,QKV)
 
 // The bf16 activation path (kernels/act16.h): as the fp32 twins, bf16 where marked. rmsnorm_bwd is layernorm's
 // act16 backward without a bias (dres = (dres_in ? dres_in : 0) + the fp32 twin's dinp; dres16 = bf16(dres)),
-// ONE kernel on the GPU; the q/k norms read and write bf16 rows (v copied through).
+// ONE kernel on the GPU; the q/k norms read and write bf16 rows (v copied through). The GPU twins take C and
+// HS <= 8192 (an 8-column slot per thread, a row per block at most: kernels/cuda/norm_act16.cuh).
 namespace sftdp::cpu::act16 {
 void rmsnorm_fwd(uint16_t* out, float* rstd,                             // (N,C) bf16 ; (N)
                  const float* inp, const float* weight,                    // (N,C) (C)

@@ -86,8 +86,14 @@ const Ops& cpu_ops() {
       .lora_dropout = cpu::lora_dropout,
       .kv_append = cpu::kv_append,
       .kv_attention_fwd = cpu::kv_attention_fwd,
-      .act16 =  // the bf16 activation path's CPU twins (kernels/act16.h), filled as they land
+      .act16 =  // the bf16 activation path's CPU twins (kernels/act16.h): tests run it on the CPU
           {
+              .layernorm_fwd = cpu::act16::layernorm_fwd,
+              .layernorm_bwd = cpu::act16::layernorm_bwd,
+              .rmsnorm_fwd = cpu::act16::rmsnorm_fwd,
+              .rmsnorm_bwd = cpu::act16::rmsnorm_bwd,
+              .qk_rmsnorm_fwd = cpu::act16::qk_rmsnorm_fwd,
+              .qk_rmsnorm_bwd = cpu::act16::qk_rmsnorm_bwd,
               .rope_fwd = cpu::act16::rope_fwd,
               .rope_bwd = cpu::act16::rope_bwd,
               .swiglu_fwd = cpu::act16::swiglu_fwd,

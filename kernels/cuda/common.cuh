@@ -1,7 +1,8 @@
 // kernels/cuda/common.cuh — what every sftdp CUDA file shares: the checking macros (from
 // sftdp/check.h), the one stream the Ops table runs on, grow-only scratch buffers, launch-size
 // helpers and deterministic warp/block sums (fixed shuffle trees and shared-memory orders; no
-// atomics anywhere, so the same inputs give the same bits on every run).
+// atomic adds of values anywhere, so the same inputs give the same bits on every run: the one
+// atomic is reduce.cuh's count of finished blocks).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +64,7 @@ enum class Scratch : int {
   kAttnDout16,        // attention_tc.cu: bf16 copy of dO, backward
   kAttnRanges,        // attention_tc.cu: (min, max) segment id per 64-row tile
   kEncoderBuckets,    // encoder.cu: token/position buckets built on the host
+  kBlocksDone,        // reduce.cu: last_block_to_finish's counter (one unsigned, 0 between launches)
   kCount
 };
 void* scratch(Scratch slot, size_t bytes);

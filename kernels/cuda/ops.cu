@@ -131,8 +131,14 @@ constexpr Ops make_cuda_ops() {
       .lora_dropout = on_stream<&cpu::lora_dropout, &cuda::lora_dropout>(),
       .kv_append = on_stream<&cpu::kv_append, &cuda::kv_append>(),
       .kv_attention_fwd = on_stream<&cpu::kv_attention_fwd, &cuda::kv_attention_fwd>(),
-      .act16 =  // the bf16 activation path (kernels/act16.h), filled as its twins land
+      .act16 =  // the bf16 activation path (kernels/act16.h)
           {
+              .layernorm_fwd = on_stream<&cpu::act16::layernorm_fwd, &cuda::act16::layernorm_fwd>(),
+              .layernorm_bwd = on_stream<&cpu::act16::layernorm_bwd, &cuda::act16::layernorm_bwd>(),
+              .rmsnorm_fwd = on_stream<&cpu::act16::rmsnorm_fwd, &cuda::act16::rmsnorm_fwd>(),
+              .rmsnorm_bwd = on_stream<&cpu::act16::rmsnorm_bwd, &cuda::act16::rmsnorm_bwd>(),
+              .qk_rmsnorm_fwd = on_stream<&cpu::act16::qk_rmsnorm_fwd, &cuda::act16::qk_rmsnorm_fwd>(),
+              .qk_rmsnorm_bwd = on_stream<&cpu::act16::qk_rmsnorm_bwd, &cuda::act16::qk_rmsnorm_bwd>(),
               .rope_fwd = on_stream<&cpu::act16::rope_fwd, &cuda::act16::rope_fwd>(),
               .rope_bwd = on_stream<&cpu::act16::rope_bwd, &cuda::act16::rope_bwd>(),
               .swiglu_fwd = on_stream<&cpu::act16::swiglu_fwd, &cuda::act16::swiglu_fwd>(),

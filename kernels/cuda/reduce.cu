@@ -1,5 +1,6 @@
 // kernels/cuda/reduce.cu — the deterministic reductions of reduce.cuh. No atomics: every partial
-// has one writer, and every sum runs in an order fixed by the problem size alone.
+// has one writer, and every sum runs in an order fixed by the problem size alone. Also the counter
+// of last_block_to_finish.
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/vec.cuh"
 
@@ -174,6 +175,16 @@ void add_column_partials(float* dst, const float* partials, int R, int C, cudaSt
   SFTDP_LAUNCH(add_column_partials_kernel, static_cast<unsigned>(ceil_div(C, kBlock)), kBlock, 0, stream, dst, partials,
                R, C);
   CHECK_LAUNCH();
+}
+
+unsigned* blocks_done_counter(cudaStream_t stream) {
+  static void* zeroed = nullptr;  // the allocation last zeroed: a new one starts as 0xff bytes
+  void* counter = scratch(Scratch::kBlocksDone, sizeof(unsigned));
+  if (counter != zeroed) {
+    memset_async(counter, 0, sizeof(unsigned), stream);
+    zeroed = counter;
+  }
+  return static_cast<unsigned*>(counter);
 }
 
 void add_column_sums(float* dst, const float* x, int N, int C, cudaStream_t stream) {

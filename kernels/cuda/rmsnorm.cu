@@ -5,8 +5,12 @@
 // (v columns copied from dout), dq_weight +=, dk_weight +=. The weight gradients are reduced
 // without atomics, as layernorm.cu does: per chunk of kRowsPerChunk vectors a block writes column
 // partials, then reduce.cu adds the chunks in chunk order (fixed by the problem size alone).
+// The act16 twins (bf16 where kernels/rmsnorm.h marks it; kernels/act16.h) are one launch each, rows
+// (or q/k heads) in groups of threads that each own an 8-column slot (norm_act16.cuh); the backwards'
+// weight gradients (+=) are per-block partials over kRowsPerChunk rows that the last block to finish adds.
 #include <string>
 
+#include "kernels/cuda/norm_act16.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/rmsnorm.h"
 
@@ -208,3 +212,281 @@ void qk_rmsnorm_bwd(float* dqkv, float* dq_weight, float* dk_weight, const float
 }
 
 }  // namespace sftdp::cuda
+
+namespace sftdp::cuda::act16 {
+namespace {
+
+using namespace norm_act16;
+
+// One row per group of P threads (row blockIdx.x·G + group): rstd = 1/sqrt(mean(x²) + eps), out = bf16(x·rstd·w).
+template <bool kVec>
+__global__ void __launch_bounds__(norm_act16::kMaxThreads)
+    rmsnorm_act16_fwd_kernel(uint16_t* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                             float eps, int P) {
+  __shared__ float red[kGroupSumScratch];
+  int parity = 0;
+  const int G = blockDim.x / P, group = threadIdx.x / P, t = threadIdx.x % P;
+  const int row = blockIdx.x * G + group;
+  const bool live = row < N;  // a group past N computes on row 0 and writes nothing: group_sum needs it
+  const size_t off = static_cast<size_t>(live ? row : 0) * C;
+  float x[kSlot];
+  load_slot<kVec>(x, inp + off, t, P, C);
+  float sq[1] = {0.f};
+  SFTDP_UNROLL
+  for (int k = 0; k < kSlot; ++k) sq[0] += x[k] * x[k];  // columns not there read 0
+  group_sum(sq, P, red, parity);
+  const float r = 1.f / sqrtf(sq[0] / C + eps);  // IEEE sqrt and division (no fast-math)
+  if (!live) return;
+  float w[kSlot], y[kSlot];
+  load_slot<kVec>(w, weight, t, P, C);
+  SFTDP_UNROLL
+  for (int k = 0; k < kSlot; ++k) y[k] = x[k] * r * w[k];
+  store_slot<kVec>(out + off, y, t, P, C);
+  if (t == 0) rstd[row] = r;
+}
+
+// The whole backward in one launch, as layernorm_act16_bwd_kernel without the mean and bias: block b owns
+// rows [128b, 128b + 128), its G groups take rows 128b + group, + G, ...; per row, with x̂ = x·rstd and
+// g = dout·w: the group's Σg·x̂, dres = (dres_in ? dres_in : 0) + rstd·(g − x̂·mean(g·x̂)) and its bf16 copy,
+// and dout·x̂ added into the group's column sums (G × Cp); then finish_column_sums into dweight.
+template <bool kVec>
+__global__ void __launch_bounds__(norm_act16::kMaxThreads)
+    rmsnorm_act16_bwd_kernel(float* dres, uint16_t* dres16, float* dweight, const float* dres_in,
+                             const uint16_t* dout, const float* inp, const float* weight, const float* rstd,
+                             float* partials, unsigned* blocks_done, int N, int C, int P) {
+  SFTDP_DYNAMIC_SHARED(float, acc);  // (G, 1, Cp)
+  __shared__ float red[kGroupSumScratch];
+  __shared__ unsigned finished_before;
+  int parity = 0;
+  const int G = blockDim.x / P, group = threadIdx.x / P, t = threadIdx.x % P, Cp = padded_width(C);
+  float* const sums[1] = {dweight};
+  float* acc_w = acc + static_cast<size_t>(group) * Cp;
+  if (dweight) zero_column_sums(acc, G * Cp / 4);
+  const int r0 = blockIdx.x * kRowsPerChunk, r1 = r0 + kRowsPerChunk < N ? r0 + kRowsPerChunk : N;
+  for (int first = r0; first < r1; first += G) {  // the same count for every group
+    const int row = first + group;
+    const bool live = row < r1;
+    const int n = live ? row : r0;
+    const size_t off = static_cast<size_t>(n) * C;
+    float x[kSlot], dy[kSlot], v[kSlot];
+    load_slot<kVec>(x, inp + off, t, P, C);
+    load_slot<kVec>(dy, dout + off, t, P, C);
+    const float s = rstd[n];
+    float dot[1] = {0.f};  // Σ g·x̂ (columns not there: 0)
+    {
+      float w[kSlot];
+      load_slot<kVec>(w, weight, t, P, C);
+      SFTDP_UNROLL
+      for (int k = 0; k < kSlot; ++k) dot[0] += dy[k] * w[k] * x[k] * s;
+    }
+    group_sum(dot, P, red, parity);
+    if (!live) continue;
+    const float gx_mean = dot[0] / C;
+    {
+      float w[kSlot];  // read again (L1) rather than held across the sum: registers, not spills
+      load_slot<kVec>(w, weight, t, P, C);
+      SFTDP_UNROLL
+      for (int k = 0; k < kSlot; ++k) v[k] = s * (dy[k] * w[k] - x[k] * s * gx_mean);
+    }
+    if (dres_in) {
+      float din[kSlot];
+      load_slot<kVec>(din, dres_in + off, t, P, C);
+      SFTDP_UNROLL
+      for (int k = 0; k < kSlot; ++k) v[k] = din[k] + v[k];
+    }
+    store_slot<kVec>(dres + off, v, t, P, C);
+    if (dres16) store_slot<kVec>(dres16 + off, v, t, P, C);
+    if (!dweight) continue;
+    SFTDP_UNROLL
+    for (int k = 0; k < kSlot; ++k) v[k] = x[k] * s * dy[k];  // x̂·dout
+    add_slot<kVec>(acc_w, v, t, P, C);
+  }
+  if (dweight) finish_column_sums<1>(sums, partials, blocks_done, finished_before, acc, G, C);
+}
+
+// Head vector v = blockIdx.x·G + group of the N·(NH + 2·KVH) in the fused rows: row v / heads, head h = v % heads;
+// q and k heads (h < NH + KVH) normalised with q_weight or k_weight, rstd at row·(NH + KVH) + h; v heads copied.
+template <bool kVec>
+__global__ void __launch_bounds__(norm_act16::kMaxThreads)
+    qk_rmsnorm_act16_fwd_kernel(uint16_t* out, float* rstd, const uint16_t* qkv, const float* q_weight,
+                                const float* k_weight, int N, int NH, int KVH, int HS, float eps, int P) {
+  __shared__ float red[kGroupSumScratch];
+  int parity = 0;
+  const int G = blockDim.x / P, group = threadIdx.x / P, t = threadIdx.x % P;
+  const int heads = NH + 2 * KVH, QK = NH + KVH;
+  const int vec = blockIdx.x * G + group;
+  const bool live = vec < N * heads;  // N·heads < 2^31: the launcher checks
+  const int row = live ? vec / heads : 0, h = live ? vec % heads : 0;
+  const size_t off = (static_cast<size_t>(row) * heads + h) * HS;
+  float x[kSlot] = {};
+  if (h < QK) load_slot<kVec>(x, qkv + off, t, P, HS);
+  float sq[1] = {0.f};
+  SFTDP_UNROLL
+  for (int k = 0; k < kSlot; ++k) sq[0] += x[k] * x[k];
+  group_sum(sq, P, red, parity);
+  if (!live) return;
+  if (h >= QK) {
+    copy_slot<kVec>(out + off, qkv + off, t, P, HS);
+    return;
+  }
+  const float r = 1.f / sqrtf(sq[0] / HS + eps);
+  float w[kSlot], y[kSlot];
+  load_slot<kVec>(w, h < NH ? q_weight : k_weight, t, P, HS);
+  SFTDP_UNROLL
+  for (int k = 0; k < kSlot; ++k) y[k] = x[k] * r * w[k];
+  store_slot<kVec>(out + off, y, t, P, HS);
+  if (t == 0) rstd[static_cast<size_t>(row) * QK + h] = r;
+}
+
+// The whole backward in one launch: block b owns rows [128b, 128b + 128) and their head vectors j (row
+// 128b + j / heads, head j % heads), its G groups taking j = group, + G, ... A q or k head: dx = bf16(rstd·(g −
+// x̂·mean(g·x̂))), g = dout·w, x̂ = x·rstd, and dout·x̂ added into the group's column sums of q or k (G × 2 × HSp);
+// a v head: dout copied. Then finish_column_sums into dq_weight and dk_weight.
+template <bool kVec>
+__global__ void __launch_bounds__(norm_act16::kMaxThreads)
+    qk_rmsnorm_act16_bwd_kernel(uint16_t* dqkv, float* dq_weight, float* dk_weight, const uint16_t* dout,
+                                const uint16_t* qkv, const float* q_weight, const float* k_weight,
+                                const float* rstd, float* partials, unsigned* blocks_done, int N, int NH, int KVH,
+                                int HS, int P) {
+  SFTDP_DYNAMIC_SHARED(float, acc);  // (G, 2, HSp): q, k
+  __shared__ float red[kGroupSumScratch];
+  __shared__ unsigned finished_before;
+  int parity = 0;
+  const int G = blockDim.x / P, group = threadIdx.x / P, t = threadIdx.x % P, HSp = padded_width(HS);
+  const int heads = NH + 2 * KVH, QK = NH + KVH;
+  float* const sums[2] = {dq_weight, dk_weight};
+  const bool column_sums = dq_weight || dk_weight;
+  if (column_sums) zero_column_sums(acc, G * 2 * HSp / 4);
+  const int r0 = blockIdx.x * kRowsPerChunk, r1 = r0 + kRowsPerChunk < N ? r0 + kRowsPerChunk : N;
+  const int J = (r1 - r0) * heads;
+  for (int first = 0; first < J; first += G) {  // the same count for every group
+    const int j = first + group;
+    const bool live = j < J;
+    const int row = r0 + (live ? j / heads : 0), h = live ? j % heads : 0;
+    const size_t off = (static_cast<size_t>(row) * heads + h) * HS;
+    const bool norm = h < QK;
+    float x[kSlot] = {}, dy[kSlot] = {}, w[kSlot] = {};
+    float s = 0.f;
+    if (norm) {
+      load_slot<kVec>(x, qkv + off, t, P, HS);
+      load_slot<kVec>(dy, dout + off, t, P, HS);
+      load_slot<kVec>(w, h < NH ? q_weight : k_weight, t, P, HS);
+      s = rstd[static_cast<size_t>(row) * QK + h];
+    }
+    float dot[1] = {0.f};
+    SFTDP_UNROLL
+    for (int k = 0; k < kSlot; ++k) dot[0] += dy[k] * w[k] * x[k] * s;
+    group_sum(dot, P, red, parity);
+    if (!live) continue;
+    if (!norm) {
+      copy_slot<kVec>(dqkv + off, dout + off, t, P, HS);
+      continue;
+    }
+    const float gx_mean = dot[0] / HS;
+    float dx[kSlot];
+    SFTDP_UNROLL
+    for (int k = 0; k < kSlot; ++k) dx[k] = s * (dy[k] * w[k] - x[k] * s * gx_mean);
+    store_slot<kVec>(dqkv + off, dx, t, P, HS);
+    const int which = h < NH ? 0 : 1;  // q or k
+    if (!(which == 0 ? dq_weight : dk_weight)) continue;
+    SFTDP_UNROLL
+    for (int k = 0; k < kSlot; ++k) dx[k] = x[k] * s * dy[k];  // x̂·dout
+    add_slot<kVec>(acc + (static_cast<size_t>(group) * 2 + which) * HSp, dx, t, P, HS);
+  }
+  if (column_sums) finish_column_sums<2>(sums, partials, blocks_done, finished_before, acc, G, HS);
+}
+
+void check_width(const char* op, int N, int W, const char* what) {
+  SFTDP_ASSERT(N >= 0 && W > 0 && W <= kMaxWidth,
+               std::string(op) + ": need N >= 0 and 0 < " + what + " <= " + std::to_string(kMaxWidth) +
+                   " (one 8-column slot per thread, 1024 threads a row; got N=" + std::to_string(N) + " " + what +
+                   "=" + std::to_string(W) + ")");
+}
+
+void check_heads(const char* op, int N, int NH, int KVH, int HS) {
+  check_width(op, N, HS, "HS");
+  SFTDP_ASSERT(NH > 0 && KVH > 0, std::string(op) + ": need NH, KVH > 0 (got NH=" + std::to_string(NH) +
+                                      " KVH=" + std::to_string(KVH) + ")");
+  SFTDP_ASSERT(static_cast<int64_t>(N) * (NH + 2 * KVH) <= INT32_MAX,
+               std::string(op) + ": N·(NH+2·KVH) head vectors exceed 2^31");
+}
+
+}  // namespace
+
+void rmsnorm_fwd(uint16_t* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                 cudaStream_t stream) {
+  check_width("act16::rmsnorm_fwd", N, C, "C");
+  if (N == 0) return;
+  const int P = row_threads(C), G = row_groups(P, kFwdThreads, N);
+  const unsigned blocks = static_cast<unsigned>(ceil_div(N, G));
+  if (C % kSlot == 0 && aligned16(out, inp, weight))
+    SFTDP_LAUNCH(rmsnorm_act16_fwd_kernel<true>, blocks, G * P, 0, stream, out, rstd, inp, weight, N, C, eps, P);
+  else
+    SFTDP_LAUNCH(rmsnorm_act16_fwd_kernel<false>, blocks, G * P, 0, stream, out, rstd, inp, weight, N, C, eps, P);
+  CHECK_LAUNCH();
+}
+
+void rmsnorm_bwd(float* dres, uint16_t* dres16, float* dweight, const float* dres_in, const uint16_t* dout,
+                 const float* inp, const float* weight, const float* rstd, int N, int C, cudaStream_t stream) {
+  check_width("act16::rmsnorm_bwd", N, C, "C");
+  if (N == 0) return;
+  const int P = row_threads(C), G = row_groups(P, kBwdThreads, kRowsPerChunk), R = column_chunks(N);
+  const size_t smem = dweight ? static_cast<size_t>(G) * padded_width(C) * sizeof(float) : 0;
+  float* partials =
+      dweight ? scratch_as<float>(Scratch::kColumnPartials, static_cast<size_t>(R) * padded_width(C)) : nullptr;
+  unsigned* blocks_done = dweight ? blocks_done_counter(stream) : nullptr;
+  static size_t allowed[2] = {0, 0};
+  if (C % kSlot == 0 && aligned16(dres, dres16, dres_in, dout, inp, weight)) {
+    allow_dynamic_shared(reinterpret_cast<const void*>(&rmsnorm_act16_bwd_kernel<true>), smem, allowed[1]);
+    SFTDP_LAUNCH(rmsnorm_act16_bwd_kernel<true>, R, G * P, smem, stream, dres, dres16, dweight, dres_in, dout, inp,
+                 weight, rstd, partials, blocks_done, N, C, P);
+  } else {
+    allow_dynamic_shared(reinterpret_cast<const void*>(&rmsnorm_act16_bwd_kernel<false>), smem, allowed[0]);
+    SFTDP_LAUNCH(rmsnorm_act16_bwd_kernel<false>, R, G * P, smem, stream, dres, dres16, dweight, dres_in, dout, inp,
+                 weight, rstd, partials, blocks_done, N, C, P);
+  }
+  CHECK_LAUNCH();
+}
+
+void qk_rmsnorm_fwd(uint16_t* out, float* rstd, const uint16_t* qkv, const float* q_weight, const float* k_weight,
+                    int N, int NH, int KVH, int HS, float eps, cudaStream_t stream) {
+  check_heads("act16::qk_rmsnorm_fwd", N, NH, KVH, HS);
+  if (N == 0) return;
+  const int vectors = N * (NH + 2 * KVH);
+  const int P = row_threads(HS), G = row_groups(P, kFwdThreads, vectors);
+  const unsigned blocks = static_cast<unsigned>(ceil_div(vectors, G));
+  if (HS % kSlot == 0 && aligned16(out, qkv, q_weight, k_weight))
+    SFTDP_LAUNCH(qk_rmsnorm_act16_fwd_kernel<true>, blocks, G * P, 0, stream, out, rstd, qkv, q_weight, k_weight, N,
+                 NH, KVH, HS, eps, P);
+  else
+    SFTDP_LAUNCH(qk_rmsnorm_act16_fwd_kernel<false>, blocks, G * P, 0, stream, out, rstd, qkv, q_weight, k_weight, N,
+                 NH, KVH, HS, eps, P);
+  CHECK_LAUNCH();
+}
+
+void qk_rmsnorm_bwd(uint16_t* dqkv, float* dq_weight, float* dk_weight, const uint16_t* dout, const uint16_t* qkv,
+                    const float* q_weight, const float* k_weight, const float* rstd, int N, int NH, int KVH, int HS,
+                    cudaStream_t stream) {
+  check_heads("act16::qk_rmsnorm_bwd", N, NH, KVH, HS);
+  if (N == 0) return;
+  const int P = row_threads(HS), G = row_groups(P, kBwdThreads, kRowsPerChunk * (NH + 2 * KVH));
+  const int R = column_chunks(N);
+  const bool column_sums = dq_weight || dk_weight;
+  const size_t smem = column_sums ? static_cast<size_t>(G) * 2 * padded_width(HS) * sizeof(float) : 0;
+  const size_t n_partials = size_t{2} * R * padded_width(HS);  // (2, R, HSp)
+  float* partials = column_sums ? scratch_as<float>(Scratch::kColumnPartials, n_partials) : nullptr;
+  unsigned* blocks_done = column_sums ? blocks_done_counter(stream) : nullptr;
+  static size_t allowed[2] = {0, 0};
+  if (HS % kSlot == 0 && aligned16(dqkv, dout, qkv, q_weight, k_weight)) {
+    allow_dynamic_shared(reinterpret_cast<const void*>(&qk_rmsnorm_act16_bwd_kernel<true>), smem, allowed[1]);
+    SFTDP_LAUNCH(qk_rmsnorm_act16_bwd_kernel<true>, R, G * P, smem, stream, dqkv, dq_weight, dk_weight, dout, qkv,
+                 q_weight, k_weight, rstd, partials, blocks_done, N, NH, KVH, HS, P);
+  } else {
+    allow_dynamic_shared(reinterpret_cast<const void*>(&qk_rmsnorm_act16_bwd_kernel<false>), smem, allowed[0]);
+    SFTDP_LAUNCH(qk_rmsnorm_act16_bwd_kernel<false>, R, G * P, smem, stream, dqkv, dq_weight, dk_weight, dout, qkv,
+                 q_weight, k_weight, rstd, partials, blocks_done, N, NH, KVH, HS, P);
+  }
+  CHECK_LAUNCH();
+}
+
+}  // namespace sftdp::cuda::act16

@@ -23,6 +23,8 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // gemm.cu's kWorkspac
 // ranges, but the table's fp32-interface entries still make the copies); column partials
 // (kColumnPartials), the cross-entropy's rows (kCrossEntropyRows), attention's D (kAttnDelta) and the
 // encoder's buckets (kEncoderBuckets).
+// The partials' 2·widest floats per 128 rows also hold the act16 layernorm backward's three sums of C
+// (padded to 4) per 128 rows (widest >= 2·F >= 2·C), and their slack the 4-byte kBlocksDone counter.
 template <GemmInputs inputs>
 size_t scratch_bytes(const ScratchShape& s) {
   constexpr bool bf16 = inputs == GemmInputs::kBf16;

@@ -2,8 +2,9 @@
 // force-included (-include) before every .cu file, which is then compiled as host C++ with its maths
 // unchanged. Types and runtime declarations come from NVIDIA's own headers; this file adds what they
 // leave out of a host compile: the CUDA keywords, threadIdx/blockIdx/blockDim/gridDim, __syncthreads,
-// the warp shuffles and votes, the device maths the kernels use (CUDA's rounding, no fast-math), and
-// the launch that SFTDP_LAUNCH (kernels/cuda/common.cuh) becomes. Semantics: src/cudasim/README.md.
+// the warp shuffles and votes, the device maths the kernels use (CUDA's rounding, no fast-math), the 32-bit
+// integer atomics and the fences, and the launch that SFTDP_LAUNCH (kernels/cuda/common.cuh) becomes.
+// Semantics: src/cudasim/README.md.
 #pragma once
 
 // __shared__ storage is one per block: the simulator runs one block at a time (block_runner.cpp) and
@@ -130,7 +131,57 @@ inline double __dmul_rn(double a, double b) { return a * b; }
 inline float rsqrtf(float a) { return 1.f / sqrtf(a); }
 inline int __float_as_int(float x) { return ::sftdp::sim::detail::from_bits<int>(::sftdp::sim::detail::to_bits(x)); }
 inline float __int_as_float(int x) { return ::sftdp::sim::detail::from_bits<float>(::sftdp::sim::detail::to_bits(x)); }
+inline unsigned __float_as_uint(float x) {
+  return ::sftdp::sim::detail::from_bits<unsigned>(::sftdp::sim::detail::to_bits(x));
+}
+inline float __uint_as_float(unsigned x) {
+  return ::sftdp::sim::detail::from_bits<float>(::sftdp::sim::detail::to_bits(x));
+}
 template <class T>
 T __ldg(const T* p) {
   return *p;
 }
+// ld.global.cg (cached in L2 only, not in the SM's L1): on a GPU what a block reads of another block's writes
+// within one launch; here one memory, so a plain read.
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
+}
+
+// ---- atomics and fences. The CUDA Programming Guide's 32-bit integer read-modify-writes, each returning
+// the word `old` it read: atomicAdd stores old + val, atomicInc stores (old >= val) ? 0 : old + 1,
+// atomicExch stores val. Atomic here without a lock: a simulated thread runs until it reaches a sync point
+// (block_runner.cpp), never between the read and the write, and one block runs at a time. Whatever order
+// the threads' atomics take is the schedule's, so a result that depends on it (which thread got which `old`)
+// differs between the racecheck's schedules and is reported; a "blocks done" counter whose last block alone
+// acts on it does not. The address may be global or shared memory, as on a GPU.
+inline int atomicAdd(int* address, int val) {
+  const int old = *address;
+  *address = static_cast<int>(static_cast<unsigned>(old) + static_cast<unsigned>(val));  // wraps, as on a GPU
+  return old;
+}
+inline unsigned atomicAdd(unsigned* address, unsigned val) {
+  const unsigned old = *address;
+  *address = old + val;
+  return old;
+}
+inline unsigned atomicInc(unsigned* address, unsigned val) {
+  const unsigned old = *address;
+  *address = old >= val ? 0u : old + 1u;
+  return old;
+}
+inline int atomicExch(int* address, int val) {
+  const int old = *address;
+  *address = val;
+  return old;
+}
+inline unsigned atomicExch(unsigned* address, unsigned val) {
+  const unsigned old = *address;
+  *address = val;
+  return old;
+}
+// __threadfence orders a thread's writes before its later ones as seen by the whole device,
+// __threadfence_block as seen by its block. No-ops: one thread runs at a time and one block after another,
+// so every write is visible to every later read (README "What it cannot see": a missing fence passes).
+inline void __threadfence() {}
+inline void __threadfence_block() {}

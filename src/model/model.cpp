@@ -37,8 +37,7 @@ std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, in
 }
 
 namespace {
-// Every act16 entry of the table is there. TRANSITIONAL: until the last act16 twins land, a table without them keeps
-// the bf16-GEMM path.
+// Every act16 entry of the table is there (every table fills them: kernels/ops.h).
 bool act16_complete(const Ops& ops) {
   const Ops::Act16& a = ops.act16;
   return a.layernorm_fwd && a.layernorm_bwd && a.rmsnorm_fwd && a.rmsnorm_bwd && a.qk_rmsnorm_fwd && a.qk_rmsnorm_bwd &&
@@ -115,7 +114,8 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
   if (lora_.enabled()) lora_layout_ = lora_layout(d, lora_);
   bf16_table_ = gemm_inputs_bf16(ops_);
-  act16_ = bf16_activations && bf16_table_ && !lora_.enabled() && act16_complete(ops_);
+  act16_ = bf16_activations && bf16_table_ && !lora_.enabled();
+  SFTDP_ASSERT(!act16_ || act16_complete(ops_), std::string(ops_.name) + ": an act16 entry is missing");
   if (act16_) bf16_acts_ = false;  // every GEMM-only activation is bf16 already
   if (zero_stage_ < 3) {  // at 3 the residency holds this rank's shard and the units in use
     if (!bf16_weights_) params_ = alloc_floats(layout_.total);
