@@ -44,7 +44,7 @@ struct ScratchShape {
 using ScratchBytes = size_t (*)(const ScratchShape& shape);
 
 struct Ops {
-  const char* name;  // "cpu" | "cuda" | "cuda-bf16"
+  const char* name;  // "cpu" | "cuda" | "cuda-bf16" (| "cpu-bf16": cpu_bf16_ops, tests)
   // --- memory ---
   void* (*alloc)(size_t bytes);  // zero-filled; throws / dies on failure
   void (*free)(void* p);
@@ -129,10 +129,17 @@ struct Ops {
 enum class GemmInputs { kFp32, kBf16 };
 
 // True for the table whose Linear GEMMs read bf16-rounded inputs (the table's name is its identity):
-// there, storing what only those GEMMs read as bf16 changes no result (Model's bf16 activations).
-inline bool gemm_inputs_bf16(const Ops& ops) { return std::string_view(ops.name) == "cuda-bf16"; }
+// there, storing what only those GEMMs read as bf16 changes no result (Model's bf16 activations), and with
+// bf16 activations the model runs the act16 path (kernels/act16.h). Also "cpu-bf16" (cpu_bf16_ops).
+inline bool gemm_inputs_bf16(const Ops& ops) {
+  return std::string_view(ops.name) == "cuda-bf16" || std::string_view(ops.name) == "cpu-bf16";
+}
 
 const Ops& cpu_ops();
+// The CPU table under the bf16 table's identity, for tests: a model made on it with bf16 activations runs the act16
+// path on the act16 CPU twins, which round where the CUDA twins do (its fp32 GEMM entries do not round their inputs:
+// only the act16 path is the cuda-bf16 table's twin).
+const Ops& cpu_bf16_ops();
 // The scratch_bytes entry of the CUDA table whose GEMMs read `inputs`, in every build:
 // `sft_train --plan` sizes a GPU run on a machine that has no GPU, or a build without CUDA
 // (kernels/cuda/scratch.h holds the formula, next to the launchers it counts).

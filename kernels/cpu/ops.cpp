@@ -111,4 +111,13 @@ const Ops& cpu_ops() {
   return ops;
 }
 
+const Ops& cpu_bf16_ops() {
+  static const Ops ops = [] {
+    Ops o = cpu_ops();
+    o.name = "cpu-bf16";
+    return o;
+  }();
+  return ops;
+}
+
 }  // namespace sftdp
