@@ -114,7 +114,7 @@ int main() {
   const std::string nc = std::to_string(N) + "x" + std::to_string(C);
   const std::string nf = std::to_string(N) + "x" + std::to_string(F);
   row("encoder_fwd", nc, 1, 0, [&] { cpu::encoder_fwd(out.data(), inp.data(), nullptr, wte.data(), wpe.data(), B, T, C); });
-  row("encoder_bwd", nc, 1, 0, [&] { cpu::encoder_bwd(dwte.data(), dwpe.data(), dx.data(), inp.data(), nullptr, B, T, C); });
+  row("encoder_bwd", nc, 1, 0, [&] { cpu::encoder_bwd(dwte.data(), dwpe.data(), dx.data(), inp.data(), nullptr, nullptr, B, T, C); });
   row("layernorm_fwd", nc, 2 * L + 1, 0, [&] {
     cpu::layernorm_fwd(out.data(), mean.data(), rstd.data(), x.data(), ln_w.data(), bias.data(), N, C);
   });

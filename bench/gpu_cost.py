@@ -150,9 +150,12 @@ def _elem(ctype):  # bytes of the element a recorded pointer type points to: bf1
 def _tc_out(a, f32_name):  # bytes per element an attention_tc kernel writes: fp32 to f32_name, else bf16 to its twin
     return 2 if a.null(f32_name) else F4
 KERNELS = {
-    # adamw.cu: p, m, v, g read; p, m, v written
+    # adamw.cu: p, m, v, g read; p, m, v written (adamw_step_kernel: the settings, sums and Σg² read too, the
+    # decision written once)
     "adamw_kernel": K("adamw.cu", "params m v grads N n_decay lr b1 b2 eps weight_decay inv_bias_correction1 "
                       "inv_bias_correction2 grad_scale", "memory", lambda a: 16 * a.N, lambda a: 28 * a.N),
+    "adamw_step_kernel": K("adamw.cu", "params m v grads N n_decay hyper sums sumsq stats", "memory",
+                           lambda a: 16 * a.N, lambda a: 28 * a.N + 80),
     # reduce.cu (partial_sums_kernel<Load>: Load is LoadSquare or LoadDouble)
     "partial_sums_kernel": K("reduce.cu", "partials load n chunk", "memory",
                                    lambda a: 2 * a.n, lambda a: _reduce_load_bytes(a) * a.n + 8 * a.grid[0]),
@@ -196,9 +199,10 @@ KERNELS = {
     "encoder_fwd_kernel": K("encoder.cu", "out inp pos wte wpe T C BT", "memory",
                             lambda a: 0 if a.null("wpe") else a.BT * a.C,
                             lambda a: F4 * a.BT * a.C * (2 if a.null("wpe") else 3) + F4 * a.BT),
-    # grid (U buckets, ...): U table rows read and written; the n tokens' dout rows read once; n from the
-    # bucket layout (order | starts | rows, ints): starts begins n ints after order
-    "scatter_add_buckets_kernel": K("encoder.cu", "table dout order starts rows C", "memory",
+    # grid (n positions, ...), U <= n buckets (U is on the device: n, an upper bound, e.g. random tokens): U table
+    # rows read and written; the n tokens' dout rows read once; n also from the bucket layout (order | starts | rows,
+    # ints): starts begins n ints after order
+    "scatter_add_buckets_kernel": K("encoder.cu", "table dout count order starts rows C", "memory",
                                     lambda a: (a.starts["offset"] - a.order["offset"]) // 4 * a.C,
                                     lambda a: 2 * F4 * a.grid[0] * a.C
                                     + F4 * (a.starts["offset"] - a.order["offset"]) // 4 * (a.C + 1)),

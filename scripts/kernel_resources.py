@@ -44,6 +44,7 @@ TENSOR_CORE_FILES = ("kernels/cuda/attention_tc.cu",)
 # kernel renamed or removed fails the check until this list says so.
 VECTORISED_KERNELS = {
     "adamw_kernel": "kernels/cuda/adamw.cu",
+    "adamw_step_kernel": "kernels/cuda/adamw.cu",
     "fp32_to_bf16_kernel": "kernels/cuda/cast.cu",
     "bf16_to_fp32_kernel": "kernels/cuda/cast.cu",
     "encoder_fwd_kernel": "kernels/cuda/encoder.cu",

@@ -309,6 +309,7 @@ class Model {
     int32_t *active, *active_targets;                  // (N) each, first n_active used
     float *active_weights;                             // (N), first n_active used
     float *eval_sums;                                  // (2)
+    int32_t* buckets;                                  // encoder_buckets_ints(N): the embedding backward's
     int n_active = 0;
     bool has_segments = false, has_positions = false;
     const int32_t* seg() const { return has_segments ? segments : nullptr; }
@@ -417,7 +418,10 @@ class Model {
   int64_t* row_ids_ = nullptr;  // (max_B): the micro-batch's rows in the training data (dropout)
   int64_t step_ = 0;
   bool training_ = false;  // inside forward_backward: dropout applies
-  void upload(const data::Batch& b);
+  // The micro-batch to the device, queued (Ops::to_device_async: nothing waits); training: with the embedding
+  // backward's buckets, built here on the host (kernels/encoder.h).
+  void upload(const data::Batch& b, bool training);
+  std::vector<int32_t> host_buckets_;
   // The fused head on the gathered positions: loss and weight sums += into sums; with backward,
   // the head weight's gradient += and dhidden_ = (0 on positions outside the head).
   void run_head(float* sums, bool backward, int B);

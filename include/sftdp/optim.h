@@ -3,6 +3,7 @@
 // learning_rate × learning_rate_final_fraction at the last step). ZeRO-1 (zero_stage 1): each
 // rank keeps the AdamW moments of, and updates, only its shard of the flat buffer (ZeroShard).
 #pragma once
+#include "kernels/adamw.h"
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -117,11 +118,13 @@ class AdamW {
   // gradient sums, model.sums() this rank's loss and weight sums; StepStats has the global ones). t: 1-based step number for bias
   // correction. Skips the update when the weight sum is 0. Sharded: the gradient norm is the
   // square root of the allreduced per-shard sums of squares, and the updated parameters are
-  // all-gathered, so every rank ends with the same parameters.
+  // all-gathered, so every rank ends with the same parameters. zero_stage 0: the device decides from
+  // the sums (Ops::adamw_step) and the host waits once, for the step's statistics, at the end.
   StepStats apply(const config::Config& cfg, double lr, int t);
 
  private:
   void allocate(size_t floats);
+  StepStats apply_on_device(const config::Config& cfg, double lr, int t);  // zero_stage 0, unsharded
   void gather_moment(const float* mine, std::vector<float>& out);
   double sum_squares(const float* x, size_t n);  // of n device floats, on the host (0 for none)
   model::Model& model_;
@@ -133,6 +136,8 @@ class AdamW {
   float* m_ = nullptr;
   float* v_ = nullptr;
   float* scratch_ = nullptr;  // device scalar for the sum of squares
+  AdamwHyper* hyper_ = nullptr;  // device: the step's settings (apply_on_device)
+  AdamwStats* stats_ = nullptr;  // device: what the step decided
 };
 
 }  // namespace sftdp::optim

@@ -1,13 +1,12 @@
 // kernels/cuda/encoder.cu — token + position embedding on the GPU (kernels/encoder.h). B batch,
 // T seq, C channels. Accumulation: dwte +=, dwpe += — deterministic without atomics: the token
-// (and position) ids are copied to the host and bucketed there (stable, so each bucket lists its
-// tokens in ascending b·T + t), then one block row per distinct id adds its tokens' gradients to
-// the table row in that order. Each (row, c) sees the same additions in the same order as the CPU
-// twin's plain loop. The bucketing synchronises the stream once per call (the last op of backward).
+// (and position) ids are bucketed on the host (encoder_buckets, kernels/encoder.h: stable, so each
+// bucket lists its tokens in ascending b·T + t) when the micro-batch is uploaded, then one block row
+// per distinct id adds its tokens' gradients to the table row in that order. Each (row, c) sees the
+// same additions in the same order as the CPU twin's plain loop. Nothing waits; a caller without the
+// buckets gets them made here, at the cost of one stream synchronisation.
 // wpe == nullptr (Llama family, no learned positions): token embeddings only; backward then takes
 // dwpe == nullptr and neither reads pos nor builds position buckets.
-#include <algorithm>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -50,46 +49,27 @@ __global__ void encoder_fwd_kernel(float* out, const int32_t* inp, const int32_t
   });
 }
 
-// Bucket u covers order[starts[u] .. starts[u+1]) and targets table row rows[u]:
+// Bucket u of a table's buckets (encoder_buckets' layout: order, starts, rows, and the count U at *count) covers
+// order[starts[u] .. starts[u+1]) and targets table row rows[u]:
 // table[row, c] = (((table[row, c] + dout[o0, c]) + dout[o1, c]) + ...), o ascending.
-// Grid (U, ceil(C / kBlock)); one thread per (bucket, channel): no two threads share an element.
-__global__ void scatter_add_buckets_kernel(float* table, const float* dout, const int32_t* order,
+// Grid (n, ceil(C / kBlock)) for the n = B·T positions, the most buckets there can be: blocks past U leave at once
+// (U is on the device, so the launch needs no wait for it). One thread per (bucket, channel): no two share an element.
+__global__ void scatter_add_buckets_kernel(float* table, const float* dout, const int32_t* count, const int32_t* order,
                                            const int32_t* starts, const int32_t* rows, int C) {
   const int u = blockIdx.x;
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  if (u >= *count || c >= C) return;
   float* dst = table + static_cast<size_t>(rows[u]) * C + c;
   float acc = *dst;
   for (int j = starts[u]; j < starts[u + 1]; ++j) acc += dout[static_cast<size_t>(order[j]) * C + c];
   *dst = acc;
 }
 
-// Host side: stable buckets of the n keys. Writes order (n), starts (U+1) and rows (U) into
-// `out` at the given offsets and returns U, the number of distinct keys.
-int build_buckets(const std::vector<int32_t>& keys, std::vector<int32_t>& out, size_t order_at, size_t starts_at,
-                  size_t rows_at) {
-  const int n = static_cast<int>(keys.size());
-  int32_t* order = out.data() + order_at;
-  std::iota(order, order + n, 0);
-  std::stable_sort(order, order + n, [&](int32_t a, int32_t b) { return keys[a] < keys[b]; });
-  int U = 0;
-  for (int j = 0; j < n; ++j) {
-    if (j == 0 || keys[order[j]] != keys[order[j - 1]]) {
-      out[starts_at + U] = j;
-      out[rows_at + U] = keys[order[j]];
-      ++U;
-    }
-  }
-  out[starts_at + U] = n;
-  return U;
-}
-
-void scatter_add(float* table, const float* dout, const int32_t* buckets_dev, size_t order_at, size_t starts_at,
-                 size_t rows_at, int U, int C, cudaStream_t stream) {
-  if (U == 0) return;
-  const dim3 grid(static_cast<unsigned>(U), static_cast<unsigned>(ceil_div(C, kBlock)));
-  SFTDP_LAUNCH(scatter_add_buckets_kernel, grid, kBlock, 0, stream, table, dout, buckets_dev + order_at,
-               buckets_dev + starts_at, buckets_dev + rows_at, C);
+// The buckets of one table at `at` (encoder_buckets' layout; n positions), its count at `count`.
+void scatter_add(float* table, const float* dout, const int32_t* count, const int32_t* at, size_t n, int C,
+                 cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(ceil_div(C, kBlock)));
+  SFTDP_LAUNCH(scatter_add_buckets_kernel, grid, kBlock, 0, stream, table, dout, count, at, at + n, at + 2 * n + 1, C);
   CHECK_LAUNCH();
 }
 
@@ -111,41 +91,30 @@ void encoder_fwd(float* out, const int32_t* inp, const int32_t* pos, const float
   CHECK_LAUNCH();
 }
 
-void encoder_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* inp, const int32_t* pos, int B, int T,
-                 int C, cudaStream_t stream) {
+void encoder_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* inp, const int32_t* pos,
+                 const int32_t* buckets, int B, int T, int C, cudaStream_t stream) {
   check_dims("encoder_bwd", B, T, C);
   const size_t n = static_cast<size_t>(B) * T;
   if (n == 0) return;
   SFTDP_ASSERT(n <= static_cast<size_t>(INT32_MAX / 8), "encoder_bwd: B·T too large for int32 buckets");
-
-  // Static host buffers: reused across calls. Safe because the next call overwrites them only
-  // after its own stream synchronisation, when this call's upload has completed.
-  static std::vector<int32_t> tokens, positions, host;
   const bool with_pos = dwpe != nullptr;
-  tokens.resize(n);
-  memcpy_async(tokens.data(), inp, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
-  positions.resize(with_pos ? n : 0);
-  if (with_pos && pos)
-    memcpy_async(positions.data(), pos, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  if (with_pos && !pos)
-    for (size_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i % T);
-  for (size_t i = 0; i < n; ++i) {
-    SFTDP_ASSERT(tokens[i] >= 0, "encoder_bwd: negative token id at index " + std::to_string(i));
-    if (with_pos) SFTDP_ASSERT(positions[i] >= 0, "encoder_bwd: negative position at index " + std::to_string(i));
+  if (!buckets) {  // the caller has none: the ids to the host, bucketed there, uploaded (one wait)
+    // Static host buffers: reused across calls. Safe because the next call overwrites them only after its own
+    // stream synchronisation, when this call's upload has completed.
+    static std::vector<int32_t> tokens, positions, host;
+    tokens.resize(n);
+    memcpy_async(tokens.data(), inp, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
+    positions.resize(with_pos && pos ? n : 0);
+    if (with_pos && pos)
+      memcpy_async(positions.data(), pos, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    encoder_buckets(tokens.data(), with_pos && pos ? positions.data() : nullptr, B, T, with_pos, host);
+    int32_t* dev = scratch_as<int32_t>(Scratch::kEncoderBuckets, host.size());
+    memcpy_async(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream);
+    buckets = dev;
   }
-
-  // Layout of `host` (and of its device copy): token buckets, then (with dwpe) position buckets,
-  // each order (n) | starts (n + 1) | rows (n).
-  const size_t per_table = 3 * n + 1;
-  host.resize((with_pos ? 2 : 1) * per_table);
-  const int U_tok = build_buckets(tokens, host, 0, n, 2 * n + 1);
-  const int U_pos = with_pos ? build_buckets(positions, host, per_table, per_table + n, per_table + 2 * n + 1) : 0;
-  int32_t* dev = scratch_as<int32_t>(Scratch::kEncoderBuckets, host.size());
-  memcpy_async(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream);
-
-  scatter_add(dwte, dout, dev, 0, n, 2 * n + 1, U_tok, C, stream);
-  if (with_pos) scatter_add(dwpe, dout, dev, per_table, per_table + n, per_table + 2 * n + 1, U_pos, C, stream);
+  scatter_add(dwte, dout, buckets, buckets + 2, n, C, stream);
+  if (with_pos) scatter_add(dwpe, dout, buckets + 1, buckets + 2 + 3 * n + 1, n, C, stream);
 }
 
 }  // namespace sftdp::cuda

@@ -3,6 +3,7 @@
 // reuse its memory at once and the host never waits for the device (pageable memory would make the copy synchronous).
 // The ring grows (doubling) when a copy does not fit; a range is written again only after the event recorded behind
 // its last copy has passed (checked, almost always long done). One host thread queues (the Ops table's model).
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <vector>

@@ -200,7 +200,7 @@ void Gpt2::run_backward(int B) {
                     x.ln1_mean, x.ln1_rstd, N, C);
     layer_backward_done(l);  // block l's weight gradients are final
   }
-  if (!lora()) o.encoder_bwd(base_grad(wte_), base_grad(wpe_), a.dresidual, io_.inputs, io_.pos(), B, T, C);
+  if (!lora()) o.encoder_bwd(base_grad(wte_), base_grad(wpe_), a.dresidual, io_.inputs, io_.pos(), io_.buckets, B, T, C);
 }
 
 }  // namespace sftdp::model

@@ -148,7 +148,7 @@ void Gpt2::run_backward16(int B) {
                     residual, w.ln1w, x.ln1_mean, x.ln1_rstd, N, C);
     layer_backward_done(l);  // block l's weight gradients are final
   }
-  ops_.encoder_bwd(base_grad(wte_), base_grad(wpe_), a.dresidual, io_.inputs, io_.pos(), B, T, C);
+  ops_.encoder_bwd(base_grad(wte_), base_grad(wpe_), a.dresidual, io_.inputs, io_.pos(), io_.buckets, B, T, C);
 }
 
 }  // namespace sftdp::model

@@ -231,7 +231,7 @@ void Llama::run_backward(int B) {
     o.rmsnorm_bwd(a.dresidual, dw.ln1, a.scratch_btc, residual, w.ln1, x.ln1_rstd, N, C);
     layer_backward_done(l);  // block l's weight gradients are final
   }
-  if (!lora()) o.encoder_bwd(base_grad(wte_), nullptr, a.dresidual, io_.inputs, nullptr, B, T, C);
+  if (!lora()) o.encoder_bwd(base_grad(wte_), nullptr, a.dresidual, io_.inputs, nullptr, io_.buckets, B, T, C);
 }
 
 }  // namespace sftdp::model

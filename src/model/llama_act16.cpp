@@ -156,7 +156,7 @@ void Llama::run_backward16(int B) {
     o.rmsnorm_bwd(a.dresidual, a.dresidual16, dw.ln1, a.dresidual, a.dln, residual, w.ln1, x.ln1_rstd, N, C);
     layer_backward_done(l);  // block l's weight gradients are final
   }
-  ops_.encoder_bwd(base_grad(wte_), nullptr, a.dresidual, io_.inputs, nullptr, B, T, C);
+  ops_.encoder_bwd(base_grad(wte_), nullptr, a.dresidual, io_.inputs, nullptr, io_.buckets, B, T, C);
 }
 
 }  // namespace sftdp::model

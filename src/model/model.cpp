@@ -19,6 +19,7 @@
 #include <string>
 
 #include "kernels/bf16.h"
+#include "kernels/encoder.h"
 #include "kernels/ops.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
@@ -146,6 +147,7 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   io_.active = alloc_ints(N), io_.active_targets = alloc_ints(N);
   io_.active_weights = alloc_floats(N);
   io_.eval_sums = alloc_floats(2);
+  io_.buckets = alloc_ints(encoder_buckets_ints(N));
   host_active_.resize(N), host_targets_.resize(N), host_weights_.resize(N);
   set_head_chunking(0);
   make_buckets();
@@ -399,18 +401,24 @@ void Model::zero_grads() {
   residency_->zero_grads();
 }
 
-void Model::upload(const data::Batch& b) {
+void Model::upload(const data::Batch& b, bool training) {
   SFTDP_ASSERT(b.B >= 1 && b.B <= max_B_ && b.T == T_, "micro-batch shape does not fit the model");
   const size_t n = size_t(b.B) * b.T;
-  ops_.to_device(io_.inputs, b.inputs.data(), n * sizeof(int32_t));
+  ops_.to_device_async(io_.inputs, b.inputs.data(), n * sizeof(int32_t));
   if (row_ids_) {  // dropout masks are keyed by the rows' places in the training data
     SFTDP_ASSERT(b.row_ids.size() == size_t(b.B), "a LoRA-dropout micro-batch without its row ids");
-    ops_.to_device(row_ids_, b.row_ids.data(), size_t(b.B) * sizeof(int64_t));
+    ops_.to_device_async(row_ids_, b.row_ids.data(), size_t(b.B) * sizeof(int64_t));
   }
   io_.has_segments = b.has_segments();
   io_.has_positions = b.has_positions();
-  if (io_.has_segments) ops_.to_device(io_.segments, b.segment_ids.data(), n * sizeof(int32_t));
-  if (io_.has_positions) ops_.to_device(io_.positions, b.positions.data(), n * sizeof(int32_t));
+  if (io_.has_segments) ops_.to_device_async(io_.segments, b.segment_ids.data(), n * sizeof(int32_t));
+  if (io_.has_positions) ops_.to_device_async(io_.positions, b.positions.data(), n * sizeof(int32_t));
+  if (training && !lora()) {  // the embedding backward's buckets (a frozen base has none to compute)
+    const bool learned_positions = d_.block == config::Block::kGpt2;
+    encoder_buckets(b.inputs.data(), io_.has_positions ? b.positions.data() : nullptr, b.B, b.T, learned_positions,
+                    host_buckets_);
+    ops_.to_device_async(io_.buckets, host_buckets_.data(), host_buckets_.size() * sizeof(int32_t));
+  }
   // The head's positions, in ascending order (the cross-entropy then adds the weights in the same
   // order as over all positions).
   int k = 0;
@@ -424,9 +432,9 @@ void Model::upload(const data::Batch& b) {
   io_.n_active = k;
   all_active_ = k == static_cast<int>(n);  // ascending and all of them: position i is active row i
   if (k == 0) return;
-  ops_.to_device(io_.active, host_active_.data(), size_t(k) * sizeof(int32_t));
-  ops_.to_device(io_.active_targets, host_targets_.data(), size_t(k) * sizeof(int32_t));
-  ops_.to_device(io_.active_weights, host_weights_.data(), size_t(k) * sizeof(float));
+  ops_.to_device_async(io_.active, host_active_.data(), size_t(k) * sizeof(int32_t));
+  ops_.to_device_async(io_.active_targets, host_targets_.data(), size_t(k) * sizeof(int32_t));
+  ops_.to_device_async(io_.active_weights, host_weights_.data(), size_t(k) * sizeof(float));
 }
 
 void Model::run_head(float* sums, bool backward, int B) {
@@ -497,7 +505,7 @@ void Model::end_pass() {
 }
 
 void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
-  upload(batch);
+  upload(batch, /*training=*/true);
   SFTDP_ASSERT(residency_ || (zero_stage_ < 2 && !bf16_weights_), "zero_stage 2/3 or bf16 weights: the model has no residency");
   // Buckets reported during the passes: an untied head's, then one per block (layer_backward_done).
   const size_t early = ready && io_.n_active > 0 ? head_buckets_ + d_.L : 0;
@@ -531,7 +539,7 @@ void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
 
 LossSums Model::forward(const data::Batch& batch) {
   SFTDP_ASSERT(residency_ || (zero_stage_ < 2 && !bf16_weights_), "zero_stage 2/3 or bf16 weights: the model has no residency");
-  if (batch.B > 0) upload(batch);
+  if (batch.B > 0) upload(batch, /*training=*/false);
   if (batch.B == 0 || io_.n_active == 0) {
     if (residency_) replay_schedule(/*training=*/false);  // the pass's collectives, no kernels
     return {0, 0};

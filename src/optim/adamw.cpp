@@ -47,6 +47,8 @@ void AdamW::allocate(size_t floats) {
   m_ = static_cast<float*>(o.alloc(bytes));
   v_ = static_cast<float*>(o.alloc(bytes));
   scratch_ = static_cast<float*>(o.alloc(sizeof(float)));
+  hyper_ = static_cast<AdamwHyper*>(o.alloc(sizeof(AdamwHyper)));
+  stats_ = static_cast<AdamwStats*>(o.alloc(sizeof(AdamwStats)));
 }
 
 AdamW::~AdamW() {
@@ -55,6 +57,8 @@ AdamW::~AdamW() {
   o.free(m_);
   o.free(v_);
   o.free(scratch_);
+  o.free(hyper_);
+  o.free(stats_);
 }
 
 size_t AdamW::owned_floats() const { return zero_ ? zero_->plan().total : shard_.owned(); }
@@ -137,7 +141,35 @@ double AdamW::sum_squares(const float* x, size_t n) {
   return double(r);
 }
 
+// zero_stage 0: Σg² and the update queued, the skip / not-finite / clip decisions made on the device from the sums
+// (Ops::adamw_step: the host's arithmetic, so bitwise the update the host path made), one wait for the statistics.
+StepStats AdamW::apply_on_device(const config::Config& cfg, double lr, int t) {
+  SFTDP_ASSERT(t >= 1, "AdamW::apply: the step t is 1-based");
+  const Ops& o = model_.ops();
+  const size_t P = model_.trainable_layout().total;
+  const float b1 = static_cast<float>(cfg.adam_b1), b2 = static_cast<float>(cfg.adam_b2);
+  const AdamwHyper h{static_cast<float>(lr),
+                     b1,
+                     b2,
+                     static_cast<float>(cfg.adam_eps),
+                     static_cast<float>(cfg.adam_weight_decay),
+                     static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b1), t))),
+                     static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b2), t))),
+                     cfg.gradient_clipping_threshold};
+  o.sum_squares(scratch_, model_.grads(), P);
+  o.to_device_async(hyper_, &h, sizeof h);
+  o.adamw_step(model_.trainable_params(), m_, v_, model_.grads(), P, shard_.decay_block, hyper_, model_.sums(),
+               scratch_, stats_);
+  AdamwStats d{};
+  o.to_host(&d, stats_, sizeof d);
+  StepStats s;
+  s.weight_sum = d.weight_sum, s.loss = d.loss, s.grad_norm = d.grad_norm;
+  s.skipped = d.skipped != 0, s.nonfinite = d.nonfinite != 0;
+  return s;
+}
+
 StepStats AdamW::apply(const config::Config& cfg, double lr, int t) {
+  if (!zero_ && !sharded_) return apply_on_device(cfg, lr, t);
   const Ops& o = model_.ops();
   float sums[2];
   o.to_host(sums, model_.sums(), sizeof sums);

@@ -242,26 +242,32 @@ def test_bf16_tracks_fp32(runs):
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_bf16_on_tensor_cores_two_ranks_are_one_big_batch(runs, model, note):
-    # dtype bfloat16 runs attention on tensor cores (head size 16 in both tiny models); 2 ranks over
-    # NCCL are the 1-rank run up to the order of the gradient sums.
+    # dtype bfloat16 runs the act16 path (bf16 activations, attention on tensor cores: head size 16 in both tiny
+    # models); 2 ranks over NCCL are the 1-rank run: every row's activations are the same bits whatever the split, so
+    # step 1's loss and gradient norm agree to the order of the gradient sums; after that a parameter one fp32 ulp
+    # apart can round an activation to the neighbouring bf16 value, so the trajectories agree to bf16's precision.
     one = runs(f"{model}_gpu_bf16", model, hardware="gpu", dtype="bfloat16")
     two = runs(f"{model}_gpu_bf16_w2", model, world=2, hardware="gpu", dtype="bfloat16")
-    note(f"cuda e2e {model} bf16 (tensor-core attention): 2 GPU ranks vs 1: losses "
+    note(f"cuda e2e {model} bf16 (act16 path, tensor-core attention): 2 GPU ranks vs 1: losses "
          f"{rel(losses(two[0]), losses(one[0])):.1e}, params {max_rel(two[1]['params'], one[1]['params']):.1e}")
-    assert rel(losses(two[0]), losses(one[0])) <= 1e-5
-    assert max_rel(two[1]["params"], one[1]["params"]) <= 1e-4
+    first = lambda run: (run[0][0]["loss"], run[0][0]["grad_norm"])  # noqa: E731
+    assert first(two) == pytest.approx(first(one), rel=1e-6)
+    assert rel(losses(two[0]), losses(one[0])) <= 1e-4
+    assert max_rel(two[1]["params"], one[1]["params"]) <= 2e-3
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-def test_bf16_activation_storage_is_bitwise_the_bf16_gemm_path(cfg, runs, workdir, model):
-    # dtype bfloat16 keeps the GEMM-only activations as bf16; weight_dtype bfloat16 alone gives the
-    # same bf16-rounded GEMM inputs with fp32 storage.
+def test_bf16_activations_take_the_act16_path(cfg, runs, workdir, model):
+    # dtype bfloat16 stores the activations that only GEMMs and attention read as bf16 (the act16 path, kernels/act16.h);
+    # weight_dtype bfloat16 alone keeps fp32 activations and rounds the GEMM inputs: the two stay within bf16's
+    # precision of each other, and are not the same run.
     stored = runs(f"{model}_gpu_bf16", model, hardware="gpu", dtype="bfloat16")
     rounded = runs(f"{model}_gpu_bf16_weights", model, hardware="gpu", weight_dtype="bfloat16")
-    assert bitwise(stored, rounded)
+    assert rel(losses(stored[0]), losses(rounded[0])) <= 1e-2
+    assert not bitwise(stored, rounded)
     p = run_train(cfg[model], {"base_output_directory": f"{workdir}/{model}_bf16_log", "hardware": "gpu",
                                "dtype": "bfloat16", "steps": 1}, env_extra=GPUS)
-    assert "GEMM inputs kept as bf16" in p.stdout, p.stdout
+    assert "activations stored as bf16 (act16 path)" in p.stdout, p.stdout
     assert "attention: tensor cores (mma.sync bf16, flash attention), head size 16" in p.stdout, p.stdout
 
 

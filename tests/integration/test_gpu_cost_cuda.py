@@ -137,7 +137,7 @@ def test_record_only_records_what_a_real_step_records(records, name):
     ops = {r["op"] for r in real}
     assert {"kernel", "gemm", "memset", "memcpy", "nccl"} <= ops
     names = {r["name"] for r in real if r["op"] == "kernel"}
-    assert {"adamw_kernel", "partial_sums_kernel<Load>"} <= names, names
+    assert {"adamw_step_kernel", "partial_sums_kernel<Load>"} <= names, names
     assert any(n.startswith("cross_entropy_rows_kernel") for n in names), names
 
 

@@ -297,14 +297,14 @@ TEST_P(CudaEncoderNoWpe, TokenEmbeddingsOnlyMatchCpu) {
   const auto dwte0 = uniform(wte.size(), 155);
   std::vector<float> out(BTC), dwte = dwte0;
   cpu_ops().encoder_fwd(out.data(), inp.data(), nullptr, wte.data(), nullptr, B, T, C);
-  cpu_ops().encoder_bwd(dwte.data(), nullptr, dout.data(), inp.data(), nullptr, B, T, C);
+  cpu_ops().encoder_bwd(dwte.data(), nullptr, dout.data(), inp.data(), nullptr, nullptr, B, T, C);
 
   DeviceBuffer<int32_t> d_inp(*ops, inp), d_pos(*ops, pos);
   DeviceBuffer<float> d_wte(*ops, wte), d_dout(*ops, dout), d_out(*ops, BTC), d_dwte(*ops, wte.size());
   const Outputs got = run_twice_same_bits([&] {
     d_out.poison(); d_dwte.upload(dwte0);
     ops->encoder_fwd(d_out.get(), d_inp.get(), d_pos.get(), d_wte.get(), nullptr, B, T, C);
-    ops->encoder_bwd(d_dwte.get(), nullptr, d_dout.get(), d_inp.get(), d_pos.get(), B, T, C);
+    ops->encoder_bwd(d_dwte.get(), nullptr, d_dout.get(), d_inp.get(), d_pos.get(), nullptr, B, T, C);
     return Outputs{d_out.download(), d_dwte.download()};
   });
   std::vector<float> rows;  // out is the token rows of wte, bit for bit

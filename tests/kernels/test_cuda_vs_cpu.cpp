@@ -167,22 +167,33 @@ TEST_P(CudaEncoder, ForwardAndBackwardMatchCpu) {
   const int32_t* pos_host = positions ? pos.data() : nullptr;
   std::vector<float> out(BTC), dwte = dwte0, dwpe = dwpe0;
   cpu_ops().encoder_fwd(out.data(), inp.data(), pos_host, wte.data(), wpe.data(), B, T, C);
-  cpu_ops().encoder_bwd(dwte.data(), dwpe.data(), dout.data(), inp.data(), pos_host, B, T, C);
+  cpu_ops().encoder_bwd(dwte.data(), dwpe.data(), dout.data(), inp.data(), pos_host, nullptr, B, T, C);
 
   DeviceBuffer<int32_t> d_inp(*ops, inp), d_pos(*ops, pos);
   DeviceBuffer<float> d_wte(*ops, wte), d_wpe(*ops, wpe), d_dout(*ops, dout), d_out(*ops, BTC),
       d_dwte(*ops, wte.size()), d_dwpe(*ops, wpe.size());
   const int32_t* pos_dev = positions ? d_pos.get() : nullptr;
-  const Outputs got = run_twice_same_bits([&] {
-    d_out.poison();
-    d_dwte.upload(dwte0); d_dwpe.upload(dwpe0);
-    ops->encoder_fwd(d_out.get(), d_inp.get(), pos_dev, d_wte.get(), d_wpe.get(), B, T, C);
-    ops->encoder_bwd(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_inp.get(), pos_dev, B, T, C);
-    return Outputs{d_out.download(), d_dwte.download(), d_dwpe.download()};
-  });
-  EXPECT_TRUE(allclose(got[0], out, 0, 0));  // one addition of the same two floats
-  EXPECT_TRUE(close_rel(got[1], dwte, kFp32Rel));
-  EXPECT_TRUE(close_rel(got[2], dwpe, kFp32Rel));
+  // The buckets as the model builds them when it uploads the micro-batch (no wait), or none (encoder_bwd makes them).
+  std::vector<int32_t> host_buckets;
+  encoder_buckets(inp.data(), pos_host, B, T, /*with_pos=*/true, host_buckets);
+  DeviceBuffer<int32_t> d_buckets(*ops, host_buckets);
+  Outputs first;
+  for (const bool prebuilt : {false, true}) {
+    SCOPED_TRACE(prebuilt ? "buckets built at upload" : "buckets built by encoder_bwd");
+    const Outputs got = run_twice_same_bits([&] {
+      d_out.poison();
+      d_dwte.upload(dwte0); d_dwpe.upload(dwpe0);
+      ops->encoder_fwd(d_out.get(), d_inp.get(), pos_dev, d_wte.get(), d_wpe.get(), B, T, C);
+      ops->encoder_bwd(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_inp.get(), pos_dev,
+                       prebuilt ? d_buckets.get() : nullptr, B, T, C);
+      return Outputs{d_out.download(), d_dwte.download(), d_dwpe.download()};
+    });
+    EXPECT_TRUE(allclose(got[0], out, 0, 0));  // one addition of the same two floats
+    EXPECT_TRUE(close_rel(got[1], dwte, kFp32Rel));
+    EXPECT_TRUE(close_rel(got[2], dwpe, kFp32Rel));
+    if (prebuilt) EXPECT_EQ(got, first) << "the same buckets, the same sums in the same order";
+    first = got;
+  }
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaEncoder,
                          ::testing::Values(EncoderShape{2, 5, 7, 11, 8, false}, EncoderShape{3, 64, 96, 50, 64, true},

@@ -52,7 +52,7 @@ void check_backward(bool explicit_positions) {
   const auto wte = uniform(V * C, 1), wpe = uniform(maxT * C, 2), dout = uniform(B * T * C, 3);
   const auto dwte0 = uniform(V * C, 4), dwpe0 = uniform(maxT * C, 5);
   std::vector<float> dwte = dwte0, dwpe = dwpe0;
-  cpu::encoder_bwd(dwte.data(), dwpe.data(), dout.data(), inp.data(), p, B, T, C);
+  cpu::encoder_bwd(dwte.data(), dwpe.data(), dout.data(), inp.data(), p, nullptr, B, T, C);
 
   auto wte64 = to_f64(wte), wpe64 = to_f64(wpe);
   const auto dout64 = to_f64(dout);
@@ -80,7 +80,7 @@ TEST(Encoder, BackwardIsBitwiseIdenticalForOneAndTwoThreads) {
   auto run = [&](int threads) {
     std::vector<float> dwte(V * C, 0.5f), dwpe(T * C, 0.25f);
     with_threads(threads, [&] {
-      cpu::encoder_bwd(dwte.data(), dwpe.data(), dout.data(), inp.data(), nullptr, B, T, C);
+      cpu::encoder_bwd(dwte.data(), dwpe.data(), dout.data(), inp.data(), nullptr, nullptr, B, T, C);
     });
     dwte.insert(dwte.end(), dwpe.begin(), dwpe.end());
     return dwte;
@@ -106,7 +106,7 @@ TEST(Encoder, NullDwpeBackwardAccumulatesTokenGradientsOnly) {
   const std::vector<int32_t> inp = {1, 3, 1, 1, 0, 3, 4, 1};
   const auto wte = uniform(V * C, 42), dout = uniform(B * T * C, 43), dwte0 = uniform(V * C, 44);
   std::vector<float> dwte = dwte0;
-  cpu::encoder_bwd(dwte.data(), nullptr, dout.data(), inp.data(), nullptr, B, T, C);
+  cpu::encoder_bwd(dwte.data(), nullptr, dout.data(), inp.data(), nullptr, nullptr, B, T, C);
   auto wte64 = to_f64(wte);
   const std::vector<double> no_positions(size_t(T) * C, 0.0);  // wpe = 0: the same function
   const auto dout64 = to_f64(dout);
