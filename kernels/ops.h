@@ -115,6 +115,16 @@ struct Ops {
     decltype(&cpu::act16::gather_rows) gather_rows;
     decltype(&cpu::act16::scatter_rows) scatter_rows;
   } act16;
+  // --- CUDA graphs (kernels/cuda/graphs.cu; null in the CPU tables, which run every pass as it comes) ---
+  // A capture records what the table queues between begin and end without running it; launch queues all of it
+  // again, in order, as one operation (src/model/graph_cache.h decides when).
+  struct Graphs {
+    bool (*usable)();              // graphs may be captured and launched now (not inside a profile window)
+    void (*begin)();               // capture what the table's stream queues from now on
+    void* (*end)();                // stop capturing: an executable graph of it
+    void (*launch)(void* graph);   // queue the graph's work on the table's stream
+    void (*destroy)(void* graph);  // after its last launch
+  } graphs;
   // --- sizes ---
   // Bytes of working memory the kernels above keep for themselves (grow-only, beside the buffers
   // their callers allocate) at this shape, an estimate from above: what the memory plan counts as

@@ -16,6 +16,7 @@ struct Config {
   int64_t steps = -1;        // optimizer steps; -1 = unset (then num_epochs decides)
   int64_t num_epochs = -1;   // -1 = unset; when both are unset, 1 epoch
   std::string hardware = "auto";  // cpu | gpu | auto
+  bool cuda_graphs = true;         // GPU: replay each repeated micro-step and update as a CUDA graph
   int64_t seed = 0;
   double collective_timeout_s = 600;  // a collective no rank finishes in this long ends the job; 0 = off
   // Batch

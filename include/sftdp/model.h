@@ -40,6 +40,9 @@
 namespace sftdp {
 struct Ops;
 }
+namespace sftdp::model {
+class GraphCache;
+}
 
 namespace sftdp::model {
 
@@ -281,6 +284,12 @@ class Model {
   // the LM head's logits bf16 at a padded stride); the residual stream, its gradient and every gradient sum stay
   // fp32. Remat works as without. LoRA keeps the path above (fp32 activations, bf16-rounded GEMM inputs).
   bool act16() const { return act16_; }
+  // CUDA graphs (config key cuda_graphs; src/model/graph_cache.h): forward_backward's passes, and forward's, are
+  // replayed as a graph once their shape (B, the head's rows, segments and positions given or not) repeats, where
+  // the table has graphs and the passes talk to nobody else (no residency, no GradReady, no LoRA dropout). On by
+  // default; results are bitwise the same. graphs_captured(): how many are kept.
+  void set_cuda_graphs(bool on);
+  size_t graphs_captured() const;
   // On the bf16-GEMM table, each pass rounds the parameters to a bf16 copy once and the GEMMs read it
   // (and the bf16 activation copies) in place instead of rounding their inputs again (kernels/bf16.h's
   // bf16_mirror): bitwise the same results. false: every GEMM rounds its own inputs (for tests).
@@ -300,6 +309,9 @@ class Model {
   static int default_head_chunk_rows16(int V, int max_rows);
   // The act16 path's logits row stride: V rounded up to a multiple of 64 (whole 128-byte rows of bf16).
   static int padded_vocab(int V) { return (V + 63) / 64 * 64; }
+  // The act16 path's LM head runs its weighted positions in multiples of kHeadRows rows (weight-0 padding), so that
+  // micro-steps with different counts share a shape (and a CUDA graph).
+  static constexpr int kHeadRows = 128;
 
  protected:
   // The micro-batch on the device, shared by both families' passes. The head's positions (weight
@@ -311,6 +323,7 @@ class Model {
     float *eval_sums;                                  // (2)
     int32_t* buckets;                                  // encoder_buckets_ints(N): the embedding backward's
     int n_active = 0;
+    int n_head = 0;  // rows the LM head runs: n_active, on the act16 path padded to a multiple of kHeadRows
     bool has_segments = false, has_positions = false;
     const int32_t* seg() const { return has_segments ? segments : nullptr; }
     const int32_t* pos() const { return has_positions ? positions : nullptr; }
@@ -442,6 +455,8 @@ class Model {
   bool every_row_ = false;
   bool all_active_ = false;  // the micro-batch weights every position: the head reads hidden in place
   void run_head16(float* sums, bool backward, int B);  // run_head on the act16 path
+  std::unique_ptr<GraphCache> graphs_;
+  bool graphable(bool with_ready) const;  // the passes may be captured (see set_cuda_graphs)
 };
 
 // What make_model(d, ops, max_B, T, remat, bf16_activations) would allocate on ops's device, found

@@ -13,6 +13,10 @@
 #include "sftdp/config.h"
 #include "sftdp/model.h"
 
+namespace sftdp::model {
+class GraphCache;
+}
+
 namespace sftdp::optim {
 
 // Learning rate of 0-based step `step` out of `total_steps`.
@@ -138,6 +142,7 @@ class AdamW {
   float* scratch_ = nullptr;  // device scalar for the sum of squares
   AdamwHyper* hyper_ = nullptr;  // device: the step's settings (apply_on_device)
   AdamwStats* stats_ = nullptr;  // device: what the step decided
+  std::unique_ptr<model::GraphCache> graphs_;  // apply_on_device's update, a CUDA graph once repeated
 };
 
 }  // namespace sftdp::optim

@@ -106,6 +106,7 @@ const Ops& cpu_ops() {
               .gather_rows = cpu::act16::gather_rows,
               .scatter_rows = cpu::act16::scatter_rows,
           },
+      .graphs = {},  // every pass runs as it comes
       .scratch_bytes = host_scratch_bytes,
   };
   return ops;

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/graphs.cuh"
 #include "kernels/cuda/scratch.h"
 #include "kernels/cuda/staging.cuh"
 #include "kernels/ops.h"
@@ -152,6 +153,7 @@ constexpr Ops make_cuda_ops() {
               .gather_rows = on_stream<&cpu::act16::gather_rows, &cuda::act16::gather_rows>(),
               .scatter_rows = on_stream<&cpu::act16::scatter_rows, &cuda::act16::scatter_rows>(),
           },
+      .graphs = {cuda::graph_usable, cuda::graph_begin, cuda::graph_end, cuda::graph_launch, cuda::graph_destroy},
       .scratch_bytes = &cuda::scratch_bytes<inputs>,
   };
 }

@@ -109,6 +109,7 @@ const std::vector<KeySpec>& all_keys() {
       {"steps", "Run", &Config::steps, true},
       {"num_epochs", "Run", &Config::num_epochs, true},
       {"hardware", "Run", &Config::hardware},
+      {"cuda_graphs", "Run", &Config::cuda_graphs},
       {"seed", "Run", &Config::seed},
       {"collective_timeout_s", "Run", &Config::collective_timeout_s},
       {"global_batch_size", "Batch", &Config::global_batch_size, true},

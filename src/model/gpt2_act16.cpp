@@ -78,10 +78,11 @@ void Gpt2::make_acts16() {
   }
   remat_saved_bytes_ = size_t(std::max(d_.L - 1, 0)) * shared;
   a.encoded = f(N * C);
-  a.lnf = h(N * C), a.lnf_mean = f(N), a.lnf_rstd = f(N);
+  // lnf and dhidden: one spare row more (row N: zeros, read and written by the LM head's padding rows, Model::upload)
+  a.lnf = h((N + 1) * C), a.lnf_mean = f(N), a.lnf_rstd = f(N);
   a.dresidual = f(N * C), a.dresidual16 = h(N * C), a.dln = h(N * C);
   a.datty = h(N * C), a.dfch = h(N * F), a.dqkv = h(N * 3 * C);
-  a.dhidden = h(N * C);
+  a.dhidden = h((N + 1) * C);
   hidden16_ = a.lnf, dhidden16_ = a.dhidden;
 }
 

@@ -21,6 +21,7 @@
 #include "kernels/bf16.h"
 #include "kernels/encoder.h"
 #include "kernels/ops.h"
+#include "model/graph_cache.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
 
@@ -144,11 +145,13 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   const size_t N = size_t(max_B) * T;
   io_.inputs = alloc_ints(N);
   io_.segments = alloc_ints(N), io_.positions = alloc_ints(N);
-  io_.active = alloc_ints(N), io_.active_targets = alloc_ints(N);
-  io_.active_weights = alloc_floats(N);
+  // The head's lists, with room for the act16 path's padding rows (upload).
+  io_.active = alloc_ints(N + kHeadRows), io_.active_targets = alloc_ints(N + kHeadRows);
+  io_.active_weights = alloc_floats(N + kHeadRows);
   io_.eval_sums = alloc_floats(2);
   io_.buckets = alloc_ints(encoder_buckets_ints(N));
-  host_active_.resize(N), host_targets_.resize(N), host_weights_.resize(N);
+  host_active_.resize(N + kHeadRows), host_targets_.resize(N + kHeadRows), host_weights_.resize(N + kHeadRows);
+  graphs_ = std::make_unique<GraphCache>(ops_);
   set_head_chunking(0);
   make_buckets();
   make_adapters();
@@ -297,7 +300,16 @@ int Model::default_head_chunk_rows16(int V, int max_rows) {
   return std::min(rows, max_rows);
 }
 
+bool Model::graphable(bool with_ready) const {
+  return graphs_->enabled() && !residency_ && !with_ready && !(lora_.enabled() && lora_.dropout > 0);
+}
+
+void Model::set_cuda_graphs(bool on) { graphs_->set_enabled(on); }
+
+size_t Model::graphs_captured() const { return graphs_->graphs(); }
+
 void Model::set_head_chunking(int rows, bool every_row) {
+  graphs_->clear();  // the head's buffers change: a graph would write the old ones
   const int N = max_B_ * T_;
   SFTDP_ASSERT(rows >= 0, "head chunk rows must be >= 0");
   every_row_ = every_row;
@@ -431,10 +443,20 @@ void Model::upload(const data::Batch& b, bool training) {
   }
   io_.n_active = k;
   all_active_ = k == static_cast<int>(n);  // ascending and all of them: position i is active row i
+  // The act16 head runs a multiple of kHeadRows rows, so that a micro-step's shape repeats (CUDA graphs): the rows
+  // added read the hidden state's spare row max_B·T (zeros, never written) with weight 0, which adds exactly 0 to
+  // every sum, and write their gradient into that spare row of dhidden.
+  io_.n_head = k;
+  if (act16_ && !all_active_ && k > 0) {
+    io_.n_head = (k + kHeadRows - 1) / kHeadRows * kHeadRows;
+    for (int i = k; i < io_.n_head; ++i)
+      host_active_[i] = max_B_ * T_, host_targets_[i] = 0, host_weights_[i] = 0.0f;
+  }
   if (k == 0) return;
-  ops_.to_device_async(io_.active, host_active_.data(), size_t(k) * sizeof(int32_t));
-  ops_.to_device_async(io_.active_targets, host_targets_.data(), size_t(k) * sizeof(int32_t));
-  ops_.to_device_async(io_.active_weights, host_weights_.data(), size_t(k) * sizeof(float));
+  const size_t listed = static_cast<size_t>(io_.n_head);
+  ops_.to_device_async(io_.active, host_active_.data(), listed * sizeof(int32_t));
+  ops_.to_device_async(io_.active_targets, host_targets_.data(), listed * sizeof(int32_t));
+  ops_.to_device_async(io_.active_weights, host_weights_.data(), listed * sizeof(float));
 }
 
 void Model::run_head(float* sums, bool backward, int B) {
@@ -464,7 +486,7 @@ void Model::run_head(float* sums, bool backward, int B) {
 // chunk when the logits fit 1 GiB). When every position is weighted the hidden rows are read, and their gradient
 // written, in place: no gather, no scatter, no zeroing.
 void Model::run_head16(float* sums, bool backward, int B) {
-  const int C = d_.C, V = d_.V, Vp = padded_vocab(V), n = io_.n_active;
+  const int C = d_.C, V = d_.V, Vp = padded_vocab(V), n = io_.n_head;
   const Ops::Act16& a16 = ops_.act16;
   if (residency_) residency_->use(UnitSet::kBase, head_unit());
   const float* W = param(head_);
@@ -511,6 +533,17 @@ void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
   const size_t early = ready && io_.n_active > 0 ? head_buckets_ + d_.L : 0;
   if (io_.n_active == 0 && residency_) {
     replay_schedule(/*training=*/true);  // every rank makes the pass's collectives, with sums of 0
+  } else if (io_.n_active > 0 && graphable(static_cast<bool>(ready))) {  // the passes alone: a graph once repeated
+    training_ = true;
+    const GraphCache::Key key{0, batch.B, io_.n_head, io_.has_segments, io_.has_positions, all_active_};
+    graphs_->run(key, [&] {
+      begin_pass();
+      run_forward(batch.B);
+      run_head(sums_, /*backward=*/true, batch.B);
+      run_backward(batch.B);
+      end_pass();
+    });
+    training_ = false;
   } else if (io_.n_active > 0) {  // else no weighted position: the loss, weight and gradient sums += 0
     training_ = true;      // LoRA dropout applies (never in forward(), evaluation)
     if (residency_) residency_->begin_pass(true);
@@ -544,13 +577,20 @@ LossSums Model::forward(const data::Batch& batch) {
     if (residency_) replay_schedule(/*training=*/false);  // the pass's collectives, no kernels
     return {0, 0};
   }
-  if (residency_) residency_->begin_pass(false);
-  begin_pass();
-  run_forward(batch.B);
-  ops_.zero(io_.eval_sums, 2 * sizeof(float));
-  run_head(io_.eval_sums, /*backward=*/false, batch.B);
-  end_pass();
-  if (residency_) residency_->end_pass();
+  const auto passes = [&] {
+    begin_pass();
+    run_forward(batch.B);
+    ops_.zero(io_.eval_sums, 2 * sizeof(float));
+    run_head(io_.eval_sums, /*backward=*/false, batch.B);
+    end_pass();
+  };
+  if (graphable(false)) {
+    graphs_->run({1, batch.B, io_.n_head, io_.has_segments, io_.has_positions, all_active_}, passes);
+  } else {
+    if (residency_) residency_->begin_pass(false);
+    passes();
+    if (residency_) residency_->end_pass();
+  }
   float sums[2];
   ops_.to_host(sums, io_.eval_sums, sizeof sums);
   return {sums[0], sums[1]};

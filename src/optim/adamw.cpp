@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/ops.h"
+#include "model/graph_cache.h"
 #include "optim/zero_units.h"
 #include "sftdp/check.h"
 #include "sftdp/optim.h"
@@ -49,9 +50,11 @@ void AdamW::allocate(size_t floats) {
   scratch_ = static_cast<float*>(o.alloc(sizeof(float)));
   hyper_ = static_cast<AdamwHyper*>(o.alloc(sizeof(AdamwHyper)));
   stats_ = static_cast<AdamwStats*>(o.alloc(sizeof(AdamwStats)));
+  graphs_ = std::make_unique<model::GraphCache>(o);
 }
 
 AdamW::~AdamW() {
+  graphs_.reset();  // before the buffers its graphs use
   if (zero_) model_.set_residency(nullptr);
   const Ops& o = model_.ops();
   o.free(m_);
@@ -156,10 +159,13 @@ StepStats AdamW::apply_on_device(const config::Config& cfg, double lr, int t) {
                      static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b1), t))),
                      static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b2), t))),
                      cfg.gradient_clipping_threshold};
-  o.sum_squares(scratch_, model_.grads(), P);
-  o.to_device_async(hyper_, &h, sizeof h);
-  o.adamw_step(model_.trainable_params(), m_, v_, model_.grads(), P, shard_.decay_block, hyper_, model_.sums(),
-               scratch_, stats_);
+  o.to_device_async(hyper_, &h, sizeof h);  // before the update queued next, graph or not
+  graphs_->set_enabled(cfg.cuda_graphs);
+  graphs_->run({static_cast<int64_t>(P)}, [&] {
+    o.sum_squares(scratch_, model_.grads(), P);
+    o.adamw_step(model_.trainable_params(), m_, v_, model_.grads(), P, shard_.decay_block, hyper_, model_.sums(),
+                 scratch_, stats_);
+  });
   AdamwStats d{};
   o.to_host(&d, stats_, sizeof d);
   StepStats s;

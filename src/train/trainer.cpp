@@ -275,6 +275,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
       in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T, cfg.remat, in.dev.gpu && cfg.dtype == "bfloat16",
       lora, zero_stage >= 2 ? zero_stage : 0, bf16_weights(cfg.weight_dtype == "bfloat16", in.dev.gpu, zero_stage, lora));
   model::Model& model = *model_ptr;
+  model.set_cuda_graphs(cfg.cuda_graphs);
   optim::AdamW opt(model, comm, zero_stage);
   checkpoint::TrainState state = restore(cfg, in.paths, model, opt, comm, plan.global_batch, in.steps_per_epoch);
   log_startup(cfg, in, model, opt);

@@ -59,7 +59,8 @@ std::vector<Config> configs_touching_every_key() {
                          "lora_alpha=16",
                          "lora_dropout=0.05",
                          "lora_target_modules=[q_proj, 'mlp.down_proj']",
-                         "load_adapter_path='adapters/run 1'"})
+                         "load_adapter_path='adapters/run 1'",
+                         "cuda_graphs=false"})
     b.push_back(kv);
   return {from_yaml_text("", a), from_yaml_text("", b)};
 }

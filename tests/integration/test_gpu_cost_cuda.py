@@ -86,13 +86,17 @@ def test_unknown_kernels_changed_signatures_and_unknown_operations_are_errors():
 
 def linear_gemm_flops(m):
     """6·rows·IC·OC over the model's Linear layers (forward, dX, dW), from the recorder's dimensions: every
-    block's on all B·T rows, the LM head's on the weighted positions only (the fused head skips the rest)."""
+    block's on all B·T rows, the LM head's on the weighted positions only (the fused head skips the rest; with bf16
+    activations, the act16 path, counted in multiples of 128 rows unless every position is weighted)."""
     C, F, L = m["C"], m["F"], m["L"]
     if m["block"] == "gpt2":
         per_layer = 3 * C * C + C * C + C * F + F * C
     else:
         per_layer = C * m["qkv_dim"] + m["attn_dim"] * C + C * 2 * F + F * C
-    return 6 * (m["B"] * m["T"] * L * per_layer + m["weighted_positions"] * C * m["V"])
+    head = m["weighted_positions"]
+    if m["dtype"] == "bfloat16" and head < m["B"] * m["T"]:
+        head = -(-head // 128) * 128
+    return 6 * (m["B"] * m["T"] * L * per_layer + head * C * m["V"])
 
 
 def train_flops(m):

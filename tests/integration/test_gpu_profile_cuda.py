@@ -96,8 +96,10 @@ def test_the_profile_has_one_line_per_record_line_in_order(steps, name):
 @needs_simulator
 @pytest.mark.parametrize("name", sorted(STEPS))
 def test_profiling_adds_no_device_operation(steps, name):
+    # Profiled, the step runs as it comes (no CUDA graph inside a profile window); unprofiled it is replayed from a
+    # graph after the warm-up step: the same operations, the replayed lines naming their graph and node.
     record, _, plain = steps[name]
-    strip = lambda r: {k: v for k, v in r.items() if k != "seq"}  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("seq", "graph", "node")}  # noqa: E731
     assert [strip(r) for r in gpu_cost.load(record)[1]] == [strip(r) for r in gpu_cost.load(plain)[1]]
 
 

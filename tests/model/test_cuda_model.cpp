@@ -11,6 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "common/test_util.h"
@@ -20,6 +23,13 @@
 #include "sftdp/config.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"
+
+#ifdef SFTDP_CUDA_SIM
+#include "cudasim/record.h"
+constexpr bool kSimulator = true;  // the simulator's record mode is there
+#else
+constexpr bool kSimulator = false;
+#endif
 
 namespace sftdp::test {
 namespace {
@@ -184,6 +194,91 @@ TEST_P(CudaModel, TwoRunsAreBitwiseEqual) {
   EXPECT_TRUE(bitwise_equal(second.v, first.v));
   EXPECT_EQ(second.losses, first.losses);
   EXPECT_EQ(second.grad_norms, first.grad_norms);
+}
+
+// Four optimizer steps of two micro-batches (the same rows every step, so that shapes repeat) and two evaluations,
+// with or without CUDA graphs (src/model/graph_cache.h); how many graphs the model kept, and (simulator) how many
+// device operations of the last step came from a graph launch, of how many.
+struct GraphRun {
+  TrainedState state;
+  std::vector<double> eval;
+  size_t captured = 0, replayed_ops = 0, last_step_ops = 0;
+};
+GraphRun train_with_graphs(const Ops& ops, const config::ModelDims& d, const std::vector<float>& params, bool graphs,
+                           bool bf16_activations, const std::string& record) {
+  config::Config cfg;
+  cfg.cuda_graphs = graphs;
+  const auto model = model::make_model(d, ops, 3, kT, /*remat=*/false, bf16_activations);
+  auto& m = *model;
+  m.set_cuda_graphs(graphs);
+  m.set_params_from_host(params);
+  optim::AdamW opt(m);
+  const auto rows = random_rows(6, kT, d.V, 777, /*segments=*/true);
+  GraphRun r;
+  for (int step = 1; step <= 4; ++step) {
+#ifdef SFTDP_CUDA_SIM
+    if (step == 4 && !record.empty()) sim::set_record(record, false);
+#endif
+    m.zero_grads();
+    m.forward_backward(slice_rows(rows, 0, 3));
+    m.forward_backward(slice_rows(rows, 3, 6));
+    const auto stats = opt.apply(cfg, 1e-3, step);
+#ifdef SFTDP_CUDA_SIM
+    if (step == 4 && !record.empty()) sim::set_record("", false);
+#endif
+    r.state.losses.push_back(stats.loss);
+    r.state.grad_norms.push_back(stats.grad_norm);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const auto e = m.forward(slice_rows(rows, 0, 3));
+    r.eval.push_back(e.loss_sum), r.eval.push_back(e.weight_sum);
+  }
+  r.state.params = m.params_to_host();
+  opt.moments_to_host(r.state.m, r.state.v);
+  r.captured = m.graphs_captured();
+  if (!record.empty()) {
+    std::ifstream in(record);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"op\":\"start\"") != std::string::npos || line.find("\"op\":\"mark\"") != std::string::npos)
+        continue;
+      ++r.last_step_ops;
+      r.replayed_ops += line.find("\"graph\":") != std::string::npos;
+    }
+  }
+  return r;
+}
+
+// CUDA graphs (config key cuda_graphs): a micro-step's passes run as they come the first time their shape is seen,
+// are captured and launched the second time, and only launched from then on; the update too. Bitwise the results
+// of launching every operation as it comes (parameters, moments, losses, gradient norms, evaluations), on the fp32
+// table and on the act16 path; by the fourth step (simulator) all of the step's device work but its uploads and the
+// statistics' read-back comes from graph launches.
+TEST_P(CudaModel, CudaGraphsReplayBitwiseWhatRunsAsItComes) {
+  SFTDP_REQUIRE_CUDA(cuda);
+  const Ops* cuda_bf16 = cuda_ops(GemmInputs::kBf16);
+  const auto d = GetParam().dims;
+  const auto params = noisy_params(d);
+  for (const bool act16 : {false, true}) {
+    SCOPED_TRACE(act16 ? "act16 path" : "fp32 table");
+    const Ops& ops = act16 ? *cuda_bf16 : *cuda;
+    const std::string record =
+        ::testing::TempDir() + "graphs_" + std::string(GetParam().name) + (act16 ? "_act16" : "") + ".jsonl";
+    std::remove(record.c_str());
+    const GraphRun eager = train_with_graphs(ops, d, params, false, act16, "");
+    const GraphRun graphs = train_with_graphs(ops, d, params, true, act16, kSimulator ? record : "");
+    EXPECT_EQ(eager.captured, 0u);
+    EXPECT_GE(graphs.captured, act16 ? 2u : 1u) << "the update (and, padded to 128 rows, the act16 micro-steps)";
+    EXPECT_TRUE(bitwise_equal(graphs.state.params, eager.state.params));
+    EXPECT_TRUE(bitwise_equal(graphs.state.m, eager.state.m));
+    EXPECT_TRUE(bitwise_equal(graphs.state.v, eager.state.v));
+    EXPECT_EQ(graphs.state.losses, eager.state.losses);
+    EXPECT_EQ(graphs.state.grad_norms, eager.state.grad_norms);
+    EXPECT_EQ(graphs.eval, eager.eval);
+    if (act16 && kSimulator) {  // the simulator's record: only uploads and the read-back launched alone
+      EXPECT_GT(graphs.last_step_ops, 50u);
+      EXPECT_GE(graphs.replayed_ops + 20, graphs.last_step_ops) << graphs.replayed_ops << " of " << graphs.last_step_ops;
+    }
+  }
 }
 
 // bf16 GEMM inputs (fp32 accumulation): the loss stays within 1e-2 of fp32, and the gradients show
