@@ -85,27 +85,35 @@ def read_tokens(path):
     return tokens
 
 
-def write_sft_data(path, tokens, T, vocab):
-    """SPEC §4 rows of T from the stream: inputs ids[rT : rT+T], targets ids[rT+1 : rT+T+1], weight 1."""
+SFT_PROMPT_FRACTION = 0.6  # the SFT-shaped rows: this much of each row is prompt (loss weight 0)
+
+
+def write_sft_data(path, tokens, T, vocab, prompt_fraction=0.0):
+    """SPEC §4 rows of T from the stream: inputs ids[rT : rT+T], targets ids[rT+1 : rT+T+1], weight 1; with
+    prompt_fraction, the first round(prompt_fraction·T) positions of every row weight 0 (an SFT row's prompt)."""
     import h5py
     import numpy as np
     rows = (len(tokens) - 1) // T
     ids = np.asarray(tokens[:rows * T + 1], dtype=np.int32)
+    weights = np.ones((rows, T), dtype=np.float32)
+    weights[:, :round(prompt_fraction * T)] = 0.0
     with h5py.File(path, "w") as f:
         f.create_dataset("inputs", data=ids[:-1].reshape(rows, T))
         f.create_dataset("targets", data=ids[1:].reshape(rows, T))
-        f.create_dataset("loss_weights", data=np.ones((rows, T), dtype=np.float32))
+        f.create_dataset("loss_weights", data=weights)
         f.attrs["vocab_size"] = np.int64(vocab)
     return rows
 
 
 def make_data(out, rows, T, vocab=50257, seed=1):
-    """train.bin + val.bin (llm.c) and train.h5 (sft-dp) in out; the h5 holds train.bin's tokens."""
+    """train.bin + val.bin (llm.c) and train.h5 (sft-dp) in out; the h5 holds train.bin's tokens; train_sft.h5 the
+    same rows with their first SFT_PROMPT_FRACTION unweighted (llm.c has no such weights: it trains on them all)."""
     os.makedirs(out, exist_ok=True)
     train = random_tokens(rows * T + 1, vocab, seed)
     write_tokens(os.path.join(out, "train.bin"), train)
     write_tokens(os.path.join(out, "val.bin"), random_tokens(2 * T * 8 + 1, vocab, seed + 1))
     write_sft_data(os.path.join(out, "train.h5"), train, T, vocab)
+    write_sft_data(os.path.join(out, "train_sft.h5"), train, T, vocab, SFT_PROMPT_FRACTION)
 
 
 def padded_vocab(V):
@@ -264,8 +272,8 @@ def compare(llmc, sftdp, tokens_per_step, flops=None, peak_tflops=0.0, vocab=502
     return res
 
 
-def markdown(res, title, facts, commands):
-    lines = [f"# {title}", ""] + [f"{f}" for f in facts] + [""]
+def markdown(res, title, facts, commands, heading="#", label="sft-dp / llm.c"):
+    lines = [f"{heading} {title}", ""] + [f"{f}" for f in facts] + [""]
     has_flops = any("tflops" in s for s in res["sides"])
     has_mfu = any(s.get("mfu") is not None for s in res["sides"])
     has_own = any("own_mfu" in s for s in res["sides"])
@@ -293,14 +301,15 @@ def markdown(res, title, facts, commands):
     lines.append("")
     if "ratio" in res:
         rr = res["round_ratios"]
-        lines.append(f"**Ratio sft-dp / llm.c (tokens/s, medians): {res['ratio']:.2f}×**"
+        lines.append(f"**Ratio {label} (tokens/s, medians): {res['ratio']:.2f}×**"
                      + (f"; per round (pairs of medians) min {min(rr):.2f}, median {statistics.median(rr):.2f},"
                         f" max {max(rr):.2f} over {len(rr)} rounds." if rr else "."))
     else:
-        lines.append("**Ratio sft-dp / llm.c: not measured** (a side has no timed step; see the checks).")
+        lines.append(f"**Ratio {label}: not measured** (a side has no timed step; see the checks).")
     lines += ["", "Checks:"] + [f"- {'OK' if ok else 'FAILED'}: {what}" for what, ok in res["checks"]]
-    lines += ["", "Commands:", "", "```"] + commands + ["```", ""]
-    return "\n".join(lines)
+    if commands is not None:
+        lines += ["", "Commands:", "", "```"] + commands + ["```"]
+    return "\n".join(lines + [""])
 
 
 # ---- running (CPU) ----
@@ -469,11 +478,24 @@ def gpu_report_main(a):
              + "). llm.c's own MFU uses its own count (6·N + 6·L·C·T per token) and peak table.",
              "Target: sft-dp ≥ 1.0× llm.c."]
     text = markdown(res, "sft-dp vs llm.c on one GPU (same call)", facts, a.command or [])
+    ok = all(c for _, c in res["checks"])
+    if a.sftdp_sft_metrics:  # the same tokens as SFT rows: sft-dp skips the prompt in the head, llm.c cannot
+        sft_side = Side(f"sft-dp sft_train dtype=bfloat16, SFT rows ({SFT_PROMPT_FRACTION:.0%} prompt)",
+                        [read_sftdp_metrics(p) if os.path.exists(p) else [] for p in a.sftdp_sft_metrics], a.skip)
+        res_sft = compare(llmc, sft_side, a.B * a.T, flops, peak)
+        ok &= all(c for _, c in res_sft["checks"])
+        text = text.rstrip("\n") + "\n\n" + markdown(
+            res_sft, "On SFT-shaped rows", [
+                f"The same tokens with the first {SFT_PROMPT_FRACTION:.0%} of every row a prompt (loss weight 0: "
+                "train_sft.h5); llm.c trains on every token of them (it has no loss weights), sft-dp's LM head runs "
+                "only the weighted positions. tokens/s counts every token of the rows for both, as the work asked "
+                "for is the same rows. Target: sft-dp ≥ 1.3× llm.c."], None, heading="##",
+            label="sft-dp (SFT rows) / llm.c")
     print(text)
     if a.out:
         with open(a.out, "w") as f:
             f.write(text)
-    return 0 if all(c for _, c in res["checks"]) else 1
+    return 0 if ok else 1
 
 
 def main(argv=None):
@@ -511,6 +533,8 @@ def main(argv=None):
     g = sub.add_parser("gpu-report")
     g.add_argument("--llmc-log", action="append", default=[], required=True)
     g.add_argument("--sftdp-metrics", action="append", default=[], required=True)
+    g.add_argument("--sftdp-sft-metrics", action="append", default=[],
+                   help="metrics.jsonl of sft_train runs on train_sft.h5 (repeatable): the SFT-shaped section")
     g.add_argument("--flops", help="a file holding bench_flops' line")
     g.add_argument("--device", default="")
     g.add_argument("--peak-tflops", type=float)
@@ -522,7 +546,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.cmd == "data":
         make_data(a.out, a.rows, a.T, a.vocab, a.seed)
-        print(f"{a.out}: train.bin ({a.rows * a.T + 1} tokens), val.bin, train.h5 ({a.rows} rows of {a.T})")
+        print(f"{a.out}: train.bin ({a.rows * a.T + 1} tokens), val.bin, train.h5 ({a.rows} rows of {a.T}), "
+              f"train_sft.h5 (the same, {SFT_PROMPT_FRACTION:.0%} of each row prompt)")
         return 0
     if a.cmd == "checkpoint":
         n = write_checkpoint(a.out, a.layers, a.heads, a.channels, a.vocab, a.max_seq_len, a.seed)

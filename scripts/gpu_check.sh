@@ -211,9 +211,14 @@ llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating 
         x with_libs timeout -k 5 "$run_limit" "$BUILD/sft_train" "$d/sft.yml" "${keys[@]}" run_name="sftdp_$r" 2>&1 |
           tee "$d/sftdp_$r.log" || { failed=1; echo "sft_train run $r failed"; }
         x rm -rf "$d/runs/sftdp_$r/checkpoints"  # the run's final checkpoint (1.5 GB), not needed
+        # the same rows as SFT data: 60% of each a prompt (loss weight 0), which sft-dp's head skips
+        x with_libs timeout -k 5 "$run_limit" "$BUILD/sft_train" "$d/sft.yml" "${keys[@]}" run_name="sftdp_sft_$r" \
+          train_files="$d/train_sft.h5" 2>&1 | tee "$d/sftdp_sft_$r.log" || { failed=1; echo "sft_train SFT run $r failed"; }
+        x rm -rf "$d/runs/sftdp_sft_$r/checkpoints"
       fi
     done
-    args+=(--llmc-log "$d/llmc_$r.log" --sftdp-metrics "$d/runs/sftdp_$r/metrics.jsonl")
+    args+=(--llmc-log "$d/llmc_$r.log" --sftdp-metrics "$d/runs/sftdp_$r/metrics.jsonl"
+           --sftdp-sft-metrics "$d/runs/sftdp_sft_$r/metrics.jsonl")
   done
   # the report's commands, with no path of the device machine: the build folders relative to the repo
   # (or the variable that moved them), the step's files under $D
@@ -222,7 +227,8 @@ llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating 
   [[ $at_build == /* ]] && at_build='$SFTDP_GPU_BUILD_DIR'
   shown=(--command "# D = the step's folder llmc/ in the results archive; the rounds alternate which runs first"
          --command "$at_llmc/train_gpt2cu ${llmc[*]:1}"
-         --command "$at_build/sft_train $d/sft.yml ${keys[*]} run_name=sftdp_<round>")
+         --command "$at_build/sft_train $d/sft.yml ${keys[*]} run_name=sftdp_<round>"
+         --command "$at_build/sft_train $d/sft.yml ${keys[*]} run_name=sftdp_sft_<round> train_files=$d/train_sft.h5")
   shown=("${shown[@]//$d/\$D}")
   x python3 "$ROOT/bench/llmc_compare.py" gpu-report "${args[@]}" --flops "$d/flops.txt" --B "$B" --T "$T" \
     --skip 5 "${shown[@]}" --out "$RES/gpu_vs_llmc_$(date -u +%Y%m%dT%H%M%SZ).md" && ((failed == 0))
@@ -329,7 +335,7 @@ prepare() {  # shared by the modes; each step but `machine` needs the one before
 
 main() {
   export MODE="$1" RES; local limit="${SFTDP_GPU_CHECK_LIMIT:-}"
-  [[ -n $limit ]] || case $MODE in build-test) limit=510 ;; llmc-bench) limit=210 ;; zero-bench) limit=420 ;;
+  [[ -n $limit ]] || case $MODE in build-test) limit=510 ;; llmc-bench) limit=270 ;; zero-bench) limit=420 ;;
     profile) limit=270 ;; *) limit=390 ;; esac
   DEADLINE=$((SECONDS + limit))
   RES="${SFTDP_GPU_CHECK_RESULTS:-$ROOT/bench/results}/gpu_check_$(date -u +%Y%m%dT%H%M%SZ)_$MODE"
@@ -344,7 +350,7 @@ main() {
   elif [[ $MODE == build-test ]]; then
     step gpu_tests 240 gpu_tests
   elif [[ $MODE == llmc-bench ]]; then
-    step llmc_build "${SFTDP_LLMC_BUILD_LIMIT:-90}" llmc_build && step llmc_vs_sftdp 180 llmc_vs_sftdp
+    step llmc_build "${SFTDP_LLMC_BUILD_LIMIT:-90}" llmc_build && step llmc_vs_sftdp 240 llmc_vs_sftdp
   elif [[ $MODE == zero-bench ]]; then
     step zero_runs 330 zero_runs
   elif step data 60 data; then
@@ -362,7 +368,7 @@ main() {
     step two_ranks_one_gpu 90 two_ranks_one_gpu
     step_wait llmc_build  # collected before the timings: no compiler on the CPU while they run
     step bench_gpu_step 240 bench
-    step_wait llmc_build && step llmc_vs_sftdp 150 llmc_vs_sftdp
+    step_wait llmc_build && step llmc_vs_sftdp 200 llmc_vs_sftdp
   fi
   [[ $MODE == e2e-bench ]] && step_wait llmc_build  # still collected when a step above stopped the rest
   printf '%s\n' "${SUMMARY[@]}" >"$RES/summary.txt"

@@ -3,6 +3,7 @@
 // so results track the CPU twin to a few ulp. 16-byte vectors where the pointers share an alignment,
 // scalars for the rest (vec.cuh); the same operations per element either way.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/vec.cuh"
 #include "kernels/gelu.h"
 
@@ -10,25 +11,10 @@ namespace sftdp::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;  // √(2/π)
-constexpr float kCubic = 0.044715f;
 
-// σ(z) = 1 / (1 + e^{−z}): saturates to exactly 0 and 1, no cancellation (the form the CPU twin
-// uses, so both keep relative accuracy in GELU's far negative tail, where 1 + tanh u cancels).
-__device__ __forceinline__ float sigmoid(float z) { return 1.f / (1.f + expf(-z)); }
-
-__device__ __forceinline__ float gelu(float x) {
-  return x * sigmoid(2.f * kSqrt2OverPi * (x + kCubic * x * x * x));  // = 0.5·x·(1 + tanh u)
-}
-
-// With s = σ(2u) = 0.5·(1 + tanh u), u = √(2/π)(x + 0.044715x³):
-//   d/dx [x·s] = s + 2·x·s·(1 − s)·√(2/π)(1 + 3·0.044715·x²), where 1 − s = σ(−2u).
-__device__ __forceinline__ float gelu_grad(float x, float dout) {
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  const float s = sigmoid(2.f * u), one_minus_s = sigmoid(-2.f * u);
-  const float du_dx = kSqrt2OverPi * (1.f + 3.f * kCubic * x * x);
-  return (s + 2.f * x * s * one_minus_s * du_dx) * dout;
-}
+// gelu(x) and gelu_grad(x)·dout per element: gelu.cuh's expressions (σ saturating to exactly 0 and 1, the form the
+// CPU twin uses, so both keep relative accuracy in GELU's far negative tail, where 1 + tanh u cancels).
+__device__ __forceinline__ float gelu_backward(float x, float dout) { return gelu_grad(x) * dout; }
 
 // T: the storage type (float; bf16 once activations are stored so), the maths in fp32.
 template <class T>
@@ -55,10 +41,10 @@ __global__ void gelu_bwd_kernel(T* dinp, const T* inp, const T* dout, size_t N) 
         const Vec<T> x = load_vec(inp + i), g = load_vec(dout + i);
         Vec<T> d;
         SFTDP_UNROLL
-        for (int k = 0; k < V; ++k) d[k] = from_float<T>(gelu_grad(to_float(x[k]), to_float(g[k])));
+        for (int k = 0; k < V; ++k) d[k] = from_float<T>(gelu_backward(to_float(x[k]), to_float(g[k])));
         store_vec(dinp + i, d);
       },
-      [&](size_t i) { dinp[i] = from_float<T>(gelu_grad(to_float(inp[i]), to_float(dout[i]))); });
+      [&](size_t i) { dinp[i] = from_float<T>(gelu_backward(to_float(inp[i]), to_float(dout[i]))); });
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// kernels/cuda/gelu.cuh — GELU, tanh form (GPT-2), and its derivative, per element on the device: the
-// expressions of kernels/cuda/gelu.cu's kernels (accurate expf, IEEE division), for the kernels that apply
-// GELU inside another operation (gemm.cu's act16 epilogue fallback), so that every GPU GELU is the same one.
+// kernels/cuda/gelu.cuh — GELU, tanh form (GPT-2), and its derivative, per element on the device (accurate expf,
+// IEEE division): gelu.cu's kernels and the kernels that apply GELU inside another operation (gemm.cu's act16
+// epilogue fallback), so that every GPU GELU is the same one.
 #pragma once
 
 namespace sftdp::cuda {

@@ -142,7 +142,9 @@ def test_llmc_steps_commands(tmp_path):
     runs = [("llmc" if "train_gpt2cu" in line else "sftdp") for line in log
             if line.startswith("+ ") and "llmc_compare.py" not in line
             and ("train_gpt2cu " in line or "/sft_train " in line)]
-    assert runs == ["llmc", "sftdp", "sftdp", "llmc", "llmc", "sftdp"], "3 rounds, first runner alternating"
+    # each sft-dp turn: the all-weighted rows, then the same rows as SFT data (train_sft.h5)
+    assert runs == ["llmc", "sftdp", "sftdp", "sftdp", "sftdp", "llmc", "llmc", "sftdp", "sftdp"], \
+        "3 rounds, first runner alternating"
     llmc = next(line for line in log if "train_gpt2cu " in line)
     assert all("timeout -k 5 60 " in line for line in log if line.startswith("+ ") and "llmc_compare" not in line
                and ("train_gpt2cu " in line or "/sft_train " in line)), "every run under its own timeout"
@@ -153,11 +155,14 @@ def test_llmc_steps_commands(tmp_path):
     for word in ("model_name=gpt2-124m", "dtype=bfloat16", "hardware=gpu", "global_batch_size=8",
                  "max_target_length=1024", "steps=30", "/llmc/train.h5"):
         assert all(word in line for line in sft + [flops]), word
-    assert [re.search(r"run_name=(\S+)", line)[1] for line in sft] == ["sftdp_1", "sftdp_2", "sftdp_3"]
+    assert [re.search(r"run_name=(\S+)", line)[1] for line in sft] == ["sftdp_1", "sftdp_sft_1", "sftdp_2",
+                                                                       "sftdp_sft_2", "sftdp_3", "sftdp_sft_3"]
+    assert all(("/llmc/train_sft.h5" in line) == ("sftdp_sft_" in line) for line in sft), "SFT runs on SFT rows"
     data = next(line for line in log if "llmc_compare.py data" in line)
     assert "--rows 256 --T 1024" in data, "B * (steps + 2) rows"
     report = next(line for line in log if "llmc_compare.py gpu-report" in line)
     assert report.count("--llmc-log") == 3 and report.count("--sftdp-metrics") == 3
+    assert report.count("--sftdp-sft-metrics") == 3
     assert re.search(r"--out \S+/gpu_vs_llmc_\d{8}T\d{6}Z\.md", report)
     shown = report.split("--command", 1)[1].split("--out")[0]
     assert str(tmp_path) not in shown and "$SFTDP_GPU_BUILD_DIR/sft_train $D/sft.yml" in shown, "no paths"
@@ -286,6 +291,7 @@ def test_llmc_vs_sftdp_for_real_with_stand_ins(tmp_path):
     p, text = run_with_stand_ins(tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "**Ratio sft-dp / llm.c (tokens/s, medians): 0.80×**" in text, text
+    assert "## On SFT-shaped rows" in text and "**Ratio sft-dp (SFT rows) / llm.c (tokens/s, medians): 0.80×**" in text
     assert "| llm.c train_gpt2cu (bf16) | 2 × 25 | 40.00 | 40.00 | 40.00 | 12800 |" in text, text
     mfu = 100 * 405248311296 / 0.05 / 989e12
     assert f"{mfu:.1f}%" in text and "B=8, T=64" in text

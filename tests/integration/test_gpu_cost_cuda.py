@@ -184,3 +184,20 @@ def test_the_command_line_prints_the_same_totals(records):
     text = subprocess.run([sys.executable, os.path.join(SOURCE, "bench", "gpu_cost.py")] + paths,
                           capture_output=True, text=True, timeout=120).stdout
     assert "Predicted step on an H100 SXM" in text and "Largest items" in text
+
+
+@needs_recorder
+def test_the_gpt2_124m_bf16_step_fits_its_byte_and_launch_budget(workdir, note):
+    """Issue 34's budget for one GPT-2 124M bf16 step at B=8, T=1024 (the llm.c comparison's shape; the first
+    quarter of each row unweighted), from the simulator's record of it (record-only: nothing runs, 80 GB of untouched
+    pages): at most 30 GB through device memory (the cost model's fewest bytes: every input read once, every output
+    written once) in at most 400 device operations. Before the act16 path: 57.6 GB in 754."""
+    keys = ["model_name=gpt2-124m", "global_batch_size=8", "max_target_length=1024", "dtype=bfloat16"]
+    mark, recs = gpu_cost.load(gpu_cost.record_step(BUILD, keys, os.path.join(workdir, "gpt2_124m_bf16.jsonl")))
+    items = gpu_cost.cost(recs)
+    moved = sum(i.bytes for i in items) / 1e9
+    predicted = gpu_cost.summarize(mark, items)["predicted_ms"]
+    note(f"gpt2-124m bf16 B=8 T=1024 step: {len(items)} device operations, {moved:.2f} GB, predicted "
+         f"{predicted:.2f} ms on an {gpu_cost.DEVICE}")
+    assert len(items) <= 400
+    assert moved <= 30.0

@@ -155,6 +155,10 @@ def test_token_files_have_llmc_header_and_size(tmp_path):
         assert np.array_equal(f["inputs"][:].ravel(), tokens[:-1])
         assert np.array_equal(f["targets"][:].ravel(), tokens[1:])
         assert (f["loss_weights"][:] == 1).all() and f["inputs"].shape == (6, 16)
+    with h5py.File(tmp_path / "train_sft.h5") as f:  # the same rows as SFT data: 60% of each row a prompt
+        assert np.array_equal(f["inputs"][:].ravel(), tokens[:-1])
+        w = f["loss_weights"][:]
+        assert (w[:, :10] == 0).all() and (w[:, 10:] == 1).all(), "round(0.6 · 16) = 10 prompt positions"
 
 
 def test_checkpoint_has_train_gpt2c_layout(tmp_path):
