@@ -203,9 +203,10 @@ __global__ void __launch_bounds__(norm_act16::kMaxThreads) layernorm_act16_bwd_k
   const int G = blockDim.x / P, group = threadIdx.x / P, t = threadIdx.x % P, Cp = padded_width(C);
   float* const sums[3] = {dweight, dbias, dres_in ? dres_in_sum : nullptr};
   const bool column_sums = sums[0] || sums[1] || sums[2];
-  float* acc_w = acc + static_cast<size_t>(group) * 3 * Cp;
-  float* acc_b = acc_w + Cp;
-  float* acc_r = acc_b + Cp;
+  // The group's sums (no shared memory at all, so no pointer into it, when nothing is summed).
+  float* acc_w = column_sums ? acc + static_cast<size_t>(group) * 3 * Cp : nullptr;
+  float* acc_b = column_sums ? acc_w + Cp : nullptr;
+  float* acc_r = column_sums ? acc_b + Cp : nullptr;
   if (column_sums) zero_column_sums(acc, G * 3 * Cp / 4);
   const int r0 = blockIdx.x * kRowsPerChunk, r1 = r0 + kRowsPerChunk < N ? r0 + kRowsPerChunk : N;
   for (int first = r0; first < r1; first += G) {  // the same count for every group

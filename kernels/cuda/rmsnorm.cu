@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(norm_act16::kMaxThreads)
   int parity = 0;
   const int G = blockDim.x / P, group = threadIdx.x / P, t = threadIdx.x % P, Cp = padded_width(C);
   float* const sums[1] = {dweight};
-  float* acc_w = acc + static_cast<size_t>(group) * Cp;
+  float* acc_w = dweight ? acc + static_cast<size_t>(group) * Cp : nullptr;  // no shared memory without sums
   if (dweight) zero_column_sums(acc, G * Cp / 4);
   const int r0 = blockIdx.x * kRowsPerChunk, r1 = r0 + kRowsPerChunk < N ? r0 + kRowsPerChunk : N;
   for (int first = r0; first < r1; first += G) {  // the same count for every group
