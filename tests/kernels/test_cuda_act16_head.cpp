@@ -101,7 +101,9 @@ TEST_P(Act16CrossEntropy, CudaTwinMatchesTheCpuTwin) {
         continue;
       }
       const bool row_off = in.fp32.weights[i / ld] == 0.f;
-      if (row_off) ASSERT_EQ(to_float(got.dlogits[i]), 0.f) << "a weight-0 row's dlogits";
+      if (row_off) {
+        ASSERT_EQ(to_float(got.dlogits[i]), 0.f) << "a weight-0 row's dlogits";
+      }
       // one bf16 ulp (the exp and the sum's order differ in fp32's last bits), or tiny values near zero
       const double g = to_float(got.dlogits[i]), w = to_float(want.dlogits[i]);
       if (!(std::fabs(g - w) <= std::ldexp(std::fabs(w), -7) + 1e-7) && bad++ < 5)

@@ -191,7 +191,9 @@ TEST_P(CudaEncoder, ForwardAndBackwardMatchCpu) {
     EXPECT_TRUE(allclose(got[0], out, 0, 0));  // one addition of the same two floats
     EXPECT_TRUE(close_rel(got[1], dwte, kFp32Rel));
     EXPECT_TRUE(close_rel(got[2], dwpe, kFp32Rel));
-    if (prebuilt) EXPECT_EQ(got, first) << "the same buckets, the same sums in the same order";
+    if (prebuilt) {
+      EXPECT_EQ(got, first) << "the same buckets, the same sums in the same order";
+    }
     first = got;
   }
 }
