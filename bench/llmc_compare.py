@@ -450,24 +450,35 @@ def cpu_main(a):
 
 # ---- report (GPU) ----
 
-def gpu_report_main(a):
-    llmc_runs, own_mfu = [], []
-    for path in a.llmc_log:
+def llmc_gpu_side(name, logs, skip):
+    """llm.c's runs from their logs (a missing log: a run with no step); its own MFU column (llm.c's count,
+    6N + 6LCT per token, and its own peak table; -100% = a GPU unknown to it) set by with_own_mfu."""
+    runs, own = [], []
+    for path in logs:
         recs = parse_llmc_gpu(open(path, errors="replace").read()) if os.path.exists(path) else []
-        llmc_runs.append(recs)
-        own_mfu += [r["mfu_percent"] for r in recs[a.skip:]]
+        runs.append(recs)
+        own += [r["mfu_percent"] for r in recs[skip:]]
+    side = Side(name, runs, skip)
+    side.own_mfu = f"{statistics.median(own):.1f}%" if own and statistics.median(own) >= 0 else (
+        "unknown GPU to llm.c" if own else "")
+    return side
+
+
+def with_own_mfu(res, side):
+    res["sides"][0]["own_mfu"] = side.own_mfu
+    for s in res["sides"]:
+        s.setdefault("own_mfu", "")
+    return res
+
+
+def gpu_report_main(a):
     sft_runs = [read_sftdp_metrics(p) if os.path.exists(p) else [] for p in a.sftdp_metrics]
     flops = read_flops(open(a.flops).read()) if a.flops else None
     a.device = a.device or device_name()
     peak = rated_peak(a.device, a.peak_tflops or os.environ.get("SFTDP_PEAK_TFLOPS"))
-    llmc = Side("llm.c train_gpt2cu (bf16)", llmc_runs, a.skip)
+    llmc = llmc_gpu_side("llm.c train_gpt2cu (bf16)", a.llmc_log, a.skip)
     sft = Side("sft-dp sft_train dtype=bfloat16", sft_runs, a.skip)
-    res = compare(llmc, sft, a.B * a.T, flops, peak)
-    if own_mfu:  # llm.c's own count (6N + 6LCT per token) and its own peak table; -100% = GPU unknown to it
-        med = statistics.median(own_mfu)
-        res["sides"][0]["own_mfu"] = f"{med:.1f}%" if med >= 0 else "unknown GPU to llm.c"
-    for s in res["sides"]:
-        s.setdefault("own_mfu", "")
+    res = with_own_mfu(compare(llmc, sft, a.B * a.T, flops, peak), llmc)
     facts = [f"Device: {a.device or 'unknown'}. Model: GPT-2 124M (L=12, C=768, NH=12, V=50257; llm.c `-e d12`, "
              f"sft-dp `model_name=gpt2-124m`), random init; B={a.B}, T={a.T}; bf16. {len(a.llmc_log)} rounds, each "
              f"one run of each trainer in alternating order, the first {a.skip} steps of every run dropped as warm-up.",
@@ -491,6 +502,18 @@ def gpu_report_main(a):
                 "only the weighted positions. tokens/s counts every token of the rows for both, as the work asked "
                 "for is the same rows. Target: sft-dp ≥ 1.3× llm.c."], None, heading="##",
             label="sft-dp (SFT rows) / llm.c")
+    if a.llmc_cudnn_log:  # the next anchor: llm.c's fastest configuration, its attention by cuDNN
+        cudnn = llmc_gpu_side("llm.c train_gpt2cu (bf16, USE_CUDNN=1)", a.llmc_cudnn_log, a.skip)
+        res_cudnn = with_own_mfu(compare(cudnn, sft, a.B * a.T, flops, peak), cudnn)
+        ok &= all(c for _, c in res_cudnn["checks"])
+        facts = ["llm.c built with `USE_CUDNN=1` (its attention by cuDNN's fused flash attention, forward and "
+                 "backward), run in each round between the two above with the same arguments: a separate ratio, "
+                 "the next anchor."]
+        if a.sftdp_sft_metrics and "ratio" in res_sft and "median" in res_cudnn["sides"][0]:
+            facts.append(f"On the SFT-shaped rows: sft-dp (SFT rows) / llm.c with cuDNN = "
+                         f"{res_cudnn['sides'][0]['median'] / res_sft['sides'][1]['median']:.2f}× (tokens/s, medians).")
+        text = text.rstrip("\n") + "\n\n" + markdown(res_cudnn, "Beside llm.c with cuDNN attention", facts, None,
+                                                      heading="##", label="sft-dp / llm.c (cuDNN)")
     print(text)
     if a.out:
         with open(a.out, "w") as f:
@@ -535,6 +558,8 @@ def main(argv=None):
     g.add_argument("--sftdp-metrics", action="append", default=[], required=True)
     g.add_argument("--sftdp-sft-metrics", action="append", default=[],
                    help="metrics.jsonl of sft_train runs on train_sft.h5 (repeatable): the SFT-shaped section")
+    g.add_argument("--llmc-cudnn-log", action="append", default=[],
+                   help="llm.c built with USE_CUDNN=1, one log per round (repeatable): its own section and ratio")
     g.add_argument("--flops", help="a file holding bench_flops' line")
     g.add_argument("--device", default="")
     g.add_argument("--peak-tflops", type=float)

@@ -18,7 +18,12 @@
 # steps at B=8, T=1024 on the same random tokens (bench/llmc_compare.py writes llm.c's token files and
 # sft-dp's .h5), and writes gpu_vs_llmc_<UTC>.md: ms/step, tokens/s, MFU of both, ratio sft-dp/llm.c.
 # If those last steps find no time left (SKIP in the summary), run them alone on the warm machine:
-#   run(command="bash scripts/gpu_check.sh llmc-bench", carry=[".debs", ".anchors"], timeout_s=240)
+#   run(command="bash scripts/gpu_check.sh llmc-bench", carry=[".debs", ".anchors"], timeout_s=360)
+# llmc-bench also builds llm.c with its cuDNN attention (llmc_cudnn_build: `USE_CUDNN=1`, its fastest
+# configuration; the frontend's headers from .anchors/cudnn-frontend, cuDNN the machine's) in the
+# background, where cuDNN is installed, and runs it in each round between the other two: a separate
+# ratio in the report, the next anchor (issue 34). SFTDP_CUDNN="INCLUDE_DIR LIBRARY" (or none) overrides
+# the search; SFTDP_LLMC_CUDNN_BUILD_LIMIT (200 s).
 # zero-bench (issue 25): the same prepare, then gpt2-124m bf16 at zero_stage 0, 2 and 3, GA 1 and 4, and
 # with weight_dtype bfloat16 (bf16 weight storage) at zero_stage 1, 2 and 3, GA 4, on the one GPU:
 # ms/step, the last loss against stage 0's, nvidia-smi's peak memory beside the plan, as
@@ -48,6 +53,7 @@ SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 ROOT="$(dirname "$(dirname "$SELF")")"
 export ROOT BUILD="${SFTDP_GPU_BUILD_DIR:-$ROOT/build-cuda}"
 export PKG="${SFTDP_PKG_ROOT:-$ROOT/build-pkgroot}" LLMC="${SFTDP_LLMC_BUILD_DIR:-$ROOT/build-llmc}"
+export LLMC_CUDNN="${SFTDP_LLMC_CUDNN_BUILD_DIR:-$ROOT/build-llmc-cudnn}"  # llm.c with USE_CUDNN=1
 export RECORDS="${SFTDP_GPU_RECORDS:-$ROOT/.records}"  # the simulator's records of the profiled steps
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" OPENBLAS_NUM_THREADS=1 PATH="/usr/local/cuda/bin:$PATH"
 
@@ -175,25 +181,56 @@ nvml_library() {  # a libnvidia-ml to link llm.c against (-lnvidia-ml): the tool
   return 1
 }
 llmc_build() {  # from the carried copy (never built inside it): build-llmc/ is git-ignored and stays warm
-  local src="$ROOT/.anchors/llm.c" nvml
+  llmc_build_into "$LLMC" 0
+}
+# llm.c with its cuDNN attention (USE_CUDNN=1, its fastest configuration), the next anchor: into
+# build-llmc-cudnn/, where cuDNN is installed (gpu_packages.sh find-cudnn: the toolkit's, the system's or
+# python3's nvidia-cudnn wheel) and the frontend's headers were carried (.anchors/cudnn-frontend, by
+# gpu_packages.sh fetch-llmc). Without either it says so and builds nothing (the comparison then leaves
+# that anchor out); cudnn_att.cpp alone takes about a minute of nvcc.
+llmc_cudnn_build() {
+  local found inc lib src fe="$ROOT/.anchors/cudnn-frontend"
+  x test -f "$fe/include/cudnn_frontend.h" ||
+    { echo "no $fe/include/cudnn_frontend.h: run 'bash scripts/gpu_packages.sh fetch-llmc' here and carry .anchors"; return 1; }
+  found="${SFTDP_CUDNN:-$(bash "$ROOT/scripts/gpu_packages.sh" find-cudnn)}"  # or "INCLUDE_DIR LIBRARY", or none
+  if [[ -z $found || $found == none ]]; then
+    echo "no cuDNN on this machine (cudnn.h + libcudnn.so): llm.c's cuDNN anchor is left out"; return 0
+  fi
+  read -r inc lib src <<<"$found"
+  echo "cuDNN (${src:-SFTDP_CUDNN}): $inc/cudnn.h, $lib; frontend $(cat "$fe/VERSION" 2>/dev/null)"
+  llmc_build_into "$LLMC_CUDNN" 1 "$inc" "$lib" && x ln -sfn "$fe" "$LLMC_CUDNN/cudnn-frontend" &&
+    x "${LLMC_ENV[@]}" make train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=1 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY=90 &&
+    x test -x "$LLMC_CUDNN/train_gpt2cu"
+}
+llmc_build_into() {  # DIR CUDNN [CUDNN_INCLUDE CUDNN_LIBRARY]: copies the source in; CUDNN=0 also builds
+  local dir="$1" cudnn="$2" src="$ROOT/.anchors/llm.c" nvml flags="-include $ROOT/bench/llmc_cuda13.h"
   x test -f "$src/train_gpt2.cu" ||
     { echo "no $src/train_gpt2.cu: run 'bash scripts/gpu_packages.sh fetch' here and carry .anchors"; return 1; }
-  x mkdir -p "$LLMC/lib" && x cp -R --preserve=timestamps "$src/." "$LLMC/" && x chmod -R u+w "$LLMC" || return 1
-  if nvml=$(nvml_library); then x ln -sfn "$nvml" "$LLMC/lib/libnvidia-ml.so"
+  x mkdir -p "$dir/lib" && x cp -R --preserve=timestamps "$src/." "$dir/" && x chmod -R u+w "$dir" || return 1
+  if nvml=$(nvml_library); then x ln -sfn "$nvml" "$dir/lib/libnvidia-ml.so"
   else echo "no libnvidia-ml found: the link needs one where the linker looks"; fi
-  local env=(env -C "$LLMC" NVCC_APPEND_FLAGS="-include $ROOT/bench/llmc_cuda13.h"
-             LIBRARY_PATH="$LLMC/lib${LIBRARY_PATH:+:$LIBRARY_PATH}")
+  if ((cudnn)); then  # its headers and an unversioned libcudnn.so where the compiler and linker look
+    flags+=" -isystem $3" && x ln -sfn "$4" "$dir/lib/libcudnn.so" || return 1
+  fi
+  LLMC_ENV=(env -C "$dir" NVCC_APPEND_FLAGS="$flags" LIBRARY_PATH="$dir/lib${LIBRARY_PATH:+:$LIBRARY_PATH}")
+  ((cudnn)) && return 0
   if command -v make >/dev/null; then
-    x "${env[@]}" make train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY=90
+    x "${LLMC_ENV[@]}" make train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY=90
   else  # an image without make: the Makefile's recipe for exactly these options
-    x "${env[@]}" nvcc --threads=0 -t=0 --use_fast_math -std=c++17 -O3 \
+    x "${LLMC_ENV[@]}" nvcc --threads=0 -t=0 --use_fast_math -std=c++17 -O3 \
       "--generate-code=arch=compute_90,code=[compute_90,sm_90]" -DENABLE_BF16 train_gpt2.cu \
       -lcublas -lcublasLt -lnvidia-ml -o train_gpt2cu
-  fi && x test -x "$LLMC/train_gpt2cu"
+  fi && x test -x "$dir/train_gpt2cu"
 }
-llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating which goes first
+llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating which goes first; with
+  # the argument `cudnn` and a built build-llmc-cudnn/, one run of llm.c with cuDNN attention between them
   local d="$RES/llmc" B="${SFTDP_LLMC_B:-8}" T="${SFTDP_LLMC_T:-1024}" steps="${SFTDP_LLMC_STEPS:-30}"
-  local rounds="${SFTDP_LLMC_ROUNDS:-2}" r who failed=0 args=() shown=()
+  local rounds="${SFTDP_LLMC_ROUNDS:-2}" r who order failed=0 args=() shown=() cudnn=0 cudnn_libs=""
+  if [[ ${1:-} == cudnn ]]; then
+    if x test -x "$LLMC_CUDNN/train_gpt2cu"; then
+      cudnn=1 cudnn_libs=$(dirname "$(readlink -f "$LLMC_CUDNN/lib/libcudnn.so")")
+    else echo "no $LLMC_CUDNN/train_gpt2cu (see llmc_cudnn_build.log): the comparison without llm.c's cuDNN anchor"; fi
+  fi
   local run_limit=60  # s per run (~10-15 s expected): a hung run still leaves the others and the report
   mkdir -p "$d" && printf 'run_name: llmc\n' >"$d/sft.yml"
   local keys=(model_name=gpt2-124m dtype=bfloat16 hardware=gpu global_batch_size="$B" max_target_length="$T"
@@ -204,9 +241,15 @@ llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating 
   x python3 "$ROOT/bench/llmc_compare.py" data "$d" --rows $((B * (steps + 2))) --T "$T" &&
     x with_libs "$BUILD/bench/bench_flops" "$d/sft.yml" "${keys[@]}" | tee "$d/flops.txt" || return 1
   for ((r = 1; r <= rounds; r++)); do
-    for who in $( ((r % 2)) && echo "llmc sftdp" || echo "sftdp llmc"); do
+    order="llmc sftdp"; ((cudnn)) && order="llmc llmc_cudnn sftdp"
+    ((r % 2)) || order=$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')
+    for who in $order; do
       if [[ $who == llmc ]]; then
         x timeout -k 5 "$run_limit" "${llmc[@]}" 2>&1 | tee "$d/llmc_$r.log" || { failed=1; echo "llm.c run $r failed"; }
+      elif [[ $who == llmc_cudnn ]]; then  # the same arguments; cuDNN's libraries where it found them
+        x env LD_LIBRARY_PATH="$cudnn_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout -k 5 "$run_limit" \
+          "$LLMC_CUDNN/train_gpt2cu" "${llmc[@]:1}" 2>&1 | tee "$d/llmc_cudnn_$r.log" ||
+          { failed=1; echo "llm.c (cuDNN) run $r failed"; }
       else
         x with_libs timeout -k 5 "$run_limit" "$BUILD/sft_train" "$d/sft.yml" "${keys[@]}" run_name="sftdp_$r" 2>&1 |
           tee "$d/sftdp_$r.log" || { failed=1; echo "sft_train run $r failed"; }
@@ -219,14 +262,18 @@ llmc_vs_sftdp() {  # rounds of one llm.c run and one sft_train run, alternating 
     done
     args+=(--llmc-log "$d/llmc_$r.log" --sftdp-metrics "$d/runs/sftdp_$r/metrics.jsonl"
            --sftdp-sft-metrics "$d/runs/sftdp_sft_$r/metrics.jsonl")
+    ((cudnn)) && args+=(--llmc-cudnn-log "$d/llmc_cudnn_$r.log")
   done
   # the report's commands, with no path of the device machine: the build folders relative to the repo
   # (or the variable that moved them), the step's files under $D
-  local at_llmc="${LLMC#"$ROOT"/}" at_build="${BUILD#"$ROOT"/}"
+  local at_llmc="${LLMC#"$ROOT"/}" at_build="${BUILD#"$ROOT"/}" at_cudnn="${LLMC_CUDNN#"$ROOT"/}"
   [[ $at_llmc == /* ]] && at_llmc='$SFTDP_LLMC_BUILD_DIR'
   [[ $at_build == /* ]] && at_build='$SFTDP_GPU_BUILD_DIR'
+  [[ $at_cudnn == /* ]] && at_cudnn='$SFTDP_LLMC_CUDNN_BUILD_DIR'
   shown=(--command "# D = the step's folder llmc/ in the results archive; the rounds alternate which runs first"
-         --command "$at_llmc/train_gpt2cu ${llmc[*]:1}"
+         --command "$at_llmc/train_gpt2cu ${llmc[*]:1}")
+  ((cudnn)) && shown+=(--command "$at_cudnn/train_gpt2cu ${llmc[*]:1}   # make ... USE_CUDNN=1")
+  shown+=(
          --command "$at_build/sft_train $d/sft.yml ${keys[*]} run_name=sftdp_<round>"
          --command "$at_build/sft_train $d/sft.yml ${keys[*]} run_name=sftdp_sft_<round> train_files=$d/train_sft.h5")
   shown=("${shown[@]//$d/\$D}")
@@ -335,12 +382,13 @@ prepare() {  # shared by the modes; each step but `machine` needs the one before
 
 main() {
   export MODE="$1" RES; local limit="${SFTDP_GPU_CHECK_LIMIT:-}"
-  [[ -n $limit ]] || case $MODE in build-test) limit=510 ;; llmc-bench) limit=270 ;; zero-bench) limit=420 ;;
+  [[ -n $limit ]] || case $MODE in build-test) limit=510 ;; llmc-bench) limit=330 ;; zero-bench) limit=420 ;;
     profile) limit=270 ;; *) limit=390 ;; esac
   DEADLINE=$((SECONDS + limit))
   RES="${SFTDP_GPU_CHECK_RESULTS:-$ROOT/bench/results}/gpu_check_$(date -u +%Y%m%dT%H%M%SZ)_$MODE"
   mkdir -p "$RES"
   [[ $MODE == e2e-bench ]] && step_bg llmc_build "${SFTDP_LLMC_BUILD_LIMIT:-90}" llmc_build  # one nvcc, beside the steps below
+  [[ $MODE == llmc-bench ]] && step_bg llmc_cudnn_build "${SFTDP_LLMC_CUDNN_BUILD_LIMIT:-200}" llmc_cudnn_build
   if ! prepare; then :
   elif [[ $MODE == profile ]]; then
     local entry
@@ -350,7 +398,10 @@ main() {
   elif [[ $MODE == build-test ]]; then
     step gpu_tests 240 gpu_tests
   elif [[ $MODE == llmc-bench ]]; then
-    step llmc_build "${SFTDP_LLMC_BUILD_LIMIT:-90}" llmc_build && step llmc_vs_sftdp 240 llmc_vs_sftdp
+    # the cuDNN build's failure leaves the comparison with llm.c's default build; both collected first
+    step llmc_build "${SFTDP_LLMC_BUILD_LIMIT:-90}" llmc_build; local built=$?
+    step_wait llmc_cudnn_build
+    ((built == 0)) && step llmc_vs_sftdp 240 llmc_vs_sftdp cudnn
   elif [[ $MODE == zero-bench ]]; then
     step zero_runs 330 zero_runs
   elif step data 60 data; then
@@ -371,6 +422,7 @@ main() {
     step_wait llmc_build && step llmc_vs_sftdp 200 llmc_vs_sftdp
   fi
   [[ $MODE == e2e-bench ]] && step_wait llmc_build  # still collected when a step above stopped the rest
+  [[ $MODE == llmc-bench ]] && step_wait llmc_cudnn_build
   printf '%s\n' "${SUMMARY[@]}" >"$RES/summary.txt"
   local out="${OUT:-$(dirname "$RES")}"; mkdir -p "$out"
   tar -czf "$out/gpu_check_$MODE.tar.gz" -C "$(dirname "$RES")" --exclude='*.h5' --exclude='*.bin' "$(basename "$RES")"

@@ -6,6 +6,11 @@
 #   fetch-llmc  here: copy llm.c (the anchor beside the checkout, ../shared/anchors/llm.c, or
 #            $SFTDP_LLMC_SRC; 0.5 MB) into .anchors/llm.c (git-ignored), for gpu_check.sh's llmc_*
 #            steps: carry .anchors too. The device machine sees only the checkout, never ../shared.
+#            Beside it .anchors/cudnn-frontend/include: the header-only cuDNN frontend that llm.c's
+#            USE_CUDNN=1 build needs (from PyPI's nvidia-cudnn-frontend wheel, CUDNN_FRONTEND_VERSION;
+#            ~3 MB of headers), for gpu_check.sh's llmc_cudnn_build. cuDNN itself is the device's.
+#   find-cudnn  there: prints "INCLUDE_DIR LIBRARY SOURCE" of cuDNN (cudnn.h, libcudnn.so*), the
+#            toolkit's or the system's first, else python3's nvidia-cudnn wheel; exit 1 if none.
 #   install  there: dpkg -x them into build-pkgroot/ (never into /; no maintainer scripts run; git-
 #            ignored like every build-*/, so it stays on a warm machine and is never carried), point
 #            absolute links into that root, find NCCL (and cuBLAS), and write
@@ -70,6 +75,35 @@ fetch_llmc() {
   rm -rf "$dst" && mkdir -p "$dst" && cp -R --preserve=timestamps "$src/." "$dst/" && chmod -R u+w "$dst" || exit 1
   grep -oE 'commit [0-9a-f]{40}' "$src/../README.md" 2>/dev/null | head -1 >"$dst.commit" || true
   log "llm.c copied into $dst ($(du -sh "$dst" | cut -f1); $(cat "$dst.commit" 2>/dev/null)): carry .anchors"
+  fetch_cudnn_frontend
+}
+
+# The cuDNN frontend's headers (include/ of the wheel: the same headers as its GitHub release's include/;
+# the wheel's Python part is not used) into .anchors/cudnn-frontend/include. Without network it is left
+# out with a warning: the llm.c comparison then runs without its cuDNN anchor.
+CUDNN_FRONTEND_VERSION=1.32.0
+fetch_cudnn_frontend() {
+  local dst="$ROOT/.anchors/cudnn-frontend" tmp
+  tmp=$(mktemp -d) || exit 1
+  if python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+       --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" &&
+     rm -rf "$dst" && python3 - "$tmp" "$dst" <<'PY'
+import glob, os, sys, zipfile
+wheel, = glob.glob(os.path.join(sys.argv[1], "*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if n.startswith("include/") and not n.endswith("/")]
+    assert "include/cudnn_frontend.h" in names, "no include/cudnn_frontend.h in " + wheel
+    for n in names:
+        z.extract(n, sys.argv[2])
+PY
+  then
+    echo "$CUDNN_FRONTEND_VERSION" >"$dst/VERSION"
+    log "cuDNN frontend $CUDNN_FRONTEND_VERSION headers in $dst/include ($(du -sh "$dst" | cut -f1))"
+  else
+    rm -rf "$dst"
+    log "warning: no cuDNN frontend (pip download nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION failed): llm.c's cuDNN anchor is left out"
+  fi
+  rm -rf "$tmp"
 }
 
 # Absolute links point into $R; /etc/alternatives/<x> links (made by postinst scripts, so absent
@@ -182,6 +216,7 @@ EOF
 case "${1:-}" in
   fetch) fetch ;;
   fetch-llmc) fetch_llmc ;;
+  find-cudnn) find_lib cudnn.h cudnn ;;
   install) install ;;
-  *) echo "usage: bash scripts/gpu_packages.sh fetch|fetch-llmc|install   (see the header of this file)" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu_packages.sh fetch|fetch-llmc|find-cudnn|install   (see the header of this file)" >&2; exit 2 ;;
 esac

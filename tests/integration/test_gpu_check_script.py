@@ -196,11 +196,54 @@ def test_a_hung_comparison_keeps_the_time_budget(tmp_path):
     assert "llmc_vs_sftdp.log" in files
 
 
+CUDNN = {"SFTDP_CUDNN": "/opt/cudnn/include /opt/cudnn/lib/libcudnn.so.9",
+         "SFTDP_LLMC_CUDNN_BUILD_DIR": "/tmp/no-such-dir/build-llmc-cudnn"}
+
+
 def test_llmc_bench_mode_runs_the_llmc_steps_alone(tmp_path):
-    p, _, verdicts, files = dry_run(tmp_path, "llmc-bench")
+    """llmc-bench: the llm.c build and, in the background from the start, llm.c's cuDNN build (the next
+    anchor of issue 34: USE_CUDNN=1 with the carried frontend headers and the machine's cuDNN), then rounds
+    of llm.c, llm.c with cuDNN and sft-dp (first runner alternating), and the report with both ratios."""
+    p, _, verdicts, files = dry_run(tmp_path, "llmc-bench", extra_env=CUDNN)
     assert p.returncode == 0, p.stderr
-    assert list(verdicts) == PREPARE + ["llmc_build", "llmc_vs_sftdp"]
+    assert sorted(verdicts) == sorted(PREPARE + ["llmc_build", "llmc_cudnn_build", "llmc_vs_sftdp"])
+    assert list(verdicts)[-1] == "llmc_vs_sftdp", "the cuDNN build is collected before the timed runs"
     assert set(verdicts.values()) == {"ok"}
+    build = files["llmc_cudnn_build.log"]
+    assert "/.anchors/cudnn-frontend/include/cudnn_frontend.h" in build, "the carried frontend is checked"
+    assert "ln -sfn /opt/cudnn/lib/libcudnn.so.9 /tmp/no-such-dir/build-llmc-cudnn/lib/libcudnn.so" in build
+    assert re.search(r"ln -sfn \S+/\.anchors/cudnn-frontend /tmp/no-such-dir/build-llmc-cudnn/cudnn-frontend", build), \
+        "where llm.c's Makefile looks for it (./cudnn-frontend/include)"
+    make = next(line for line in build.splitlines() if " make " in line)
+    for word in ("train_gpt2cu", "USE_CUDNN=1", "GPU_COMPUTE_CAPABILITY=90", "-isystem /opt/cudnn/include",
+                 "bench/llmc_cuda13.h", "-C /tmp/no-such-dir/build-llmc-cudnn"):
+        assert word in make, (word, make)
+    log = files["llmc_vs_sftdp.log"].splitlines()
+    runs = [("cudnn" if "build-llmc-cudnn/train_gpt2cu" in line else "llmc" if "train_gpt2cu" in line else "sftdp")
+            for line in log if line.startswith("+ ") and "llmc_compare.py" not in line
+            and ("train_gpt2cu " in line or "/sft_train " in line)]
+    assert runs == ["llmc", "cudnn", "sftdp", "sftdp", "sftdp", "sftdp", "cudnn", "llmc"], runs
+    cudnn = next(line for line in log if "build-llmc-cudnn/train_gpt2cu " in line)
+    llmc = next(line for line in log if "build-llmc/train_gpt2cu " in line)
+    assert cudnn.split("build-llmc-cudnn/train_gpt2cu ")[1] == llmc.split("build-llmc/train_gpt2cu ")[1], \
+        "the same arguments"
+    assert "LD_LIBRARY_PATH=" in cudnn and "timeout -k 5 60 " in cudnn
+    report = next(line for line in log if "llmc_compare.py gpu-report" in line)
+    assert report.count("--llmc-cudnn-log") == 2 and report.count("--llmc-log") == 2
+    assert "$SFTDP_LLMC_CUDNN_BUILD_DIR/train_gpt2cu" in report, "no path of the machine in the report"
+
+
+def test_llmc_bench_without_cudnn_compares_with_llmc_alone(tmp_path):
+    p, _, verdicts, files = dry_run(tmp_path, "llmc-bench", extra_env=dict(CUDNN, SFTDP_CUDNN="none"))
+    assert p.returncode == 0, p.stderr
+    assert verdicts["llmc_cudnn_build"] == "ok" and "left out" in files["llmc_cudnn_build.log"]
+    assert " make " not in files["llmc_cudnn_build.log"]
+
+
+def test_a_failed_cudnn_build_leaves_the_comparison_with_llmc(tmp_path):
+    p, _, verdicts, files = dry_run(tmp_path, "llmc-bench", fail="llmc_cudnn_build", extra_env=CUDNN)
+    assert p.returncode == 1
+    assert verdicts["llmc_cudnn_build"] == "FAIL" and verdicts["llmc_vs_sftdp"] == "ok"
 
 
 def test_zero_bench_mode_runs_zero_stages_0_2_3_at_ga_1_and_4(tmp_path):

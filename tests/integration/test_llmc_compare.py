@@ -139,6 +139,36 @@ def test_gpu_report_command_end_to_end(tmp_path):
     assert f"{mfu:.1f}%" in text
 
 
+def test_gpu_report_gives_llmc_with_cudnn_its_own_section_and_ratio(tmp_path):
+    """issue 34's next anchor: llm.c built with USE_CUDNN=1, its runs in their own logs, its own table and
+    ratio below the default build's (which stays the first ratio), and the SFT rows' ratio against it."""
+    args = []
+    for r in range(2):
+        for name, ms in (("llmc", 40.0), ("cudnn", 30.0)):
+            log = tmp_path / f"{name}_{r}.log"
+            log.write_text(gpu_sample([200.0] * 5 + [ms] * 10, mfu=31.0))
+            args += ["--llmc-log" if name == "llmc" else "--llmc-cudnn-log", str(log)]
+        for name, s in (("sftdp", 0.032), ("sft", 0.024)):
+            m = tmp_path / f"{name}_{r}.jsonl"
+            m.write_text("".join(f'{{"step": {i + 1}, "loss": 10.9, "step_time_s": {s}}}\n' for i in range(15)))
+            args += ["--sftdp-metrics" if name == "sftdp" else "--sftdp-sft-metrics", str(m)]
+    out = tmp_path / "gpu_vs_llmc.md"
+    rc = lc.main(["gpu-report"] + args + ["--device", "NVIDIA H200", "--B", "8", "--T", "1024", "--out", str(out)])
+    text = out.read_text()
+    assert rc == 0, text
+    assert "**Ratio sft-dp / llm.c (tokens/s, medians): 1.25×**" in text, "the default build's ratio first"
+    section = text.split("## Beside llm.c with cuDNN attention", 1)[1]
+    assert "| llm.c train_gpt2cu (bf16, USE_CUDNN=1) | 2 × 10 | 30.00 | 30.00 | 30.00 |" in section
+    assert "**Ratio sft-dp / llm.c (cuDNN) (tokens/s, medians): 0.94×**" in section  # 30 / 32 ms
+    assert "sft-dp (SFT rows) / llm.c with cuDNN = 1.25×" in section  # 30 / 24 ms
+    assert "31.0%" in section, "llm.c's own MFU figure"
+
+    for r in range(2):  # runs that failed (the step's own exit status says so too)
+        (tmp_path / f"cudnn_{r}.log").write_text("cuDNN error: no engine for this graph\n")
+    rc = lc.main(["gpu-report"] + args + ["--B", "8", "--T", "1024", "--device", "NVIDIA H200"])
+    assert rc == 1, "an anchor without timed steps fails the report's checks"
+
+
 def test_token_files_have_llmc_header_and_size(tmp_path):
     lc.make_data(str(tmp_path), rows=6, T=16, vocab=300, seed=3)
     raw = (tmp_path / "train.bin").read_bytes()
