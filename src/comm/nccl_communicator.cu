@@ -95,6 +95,7 @@ class NcclCommunicator final : public MpiHostCommunicator {
   void wait_allreduces() override {
     if (!started_) return;
     started_ = false;
+    arrive();
     detail::Collective c("the gradient allreduce");
     CHECK_CUDA(cudaEventRecord(reduced_, stream_));
     c.wait_until([this] { return collective_done(); }, [this] { (void)ncclCommAbort(comm_); });
@@ -167,7 +168,7 @@ class NcclCommunicator final : public MpiHostCommunicator {
   // alike (it depends only on what was started).
   void wait_all() override {
     if (shard_kinds_ == 0) return;
-    detail::Collective c(shard_wait_name(shard_kinds_));
+    detail::Collective c(shard_wait_name(shard_kinds_));  // no arrive(): see there
     shard_kinds_ = 0;
     CHECK_CUDA(cudaEventRecord(reduced_, stream_));
     c.wait_until([this] { return collective_done(); }, [this] { (void)ncclCommAbort(comm_); });
@@ -186,7 +187,7 @@ class NcclCommunicator final : public MpiHostCommunicator {
   // kernels' stream (an event, not a device-wide sync) and returns when it is complete.
   template <class Launch>
   void run(const char* what, const Launch& launch) {
-    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels_stream()));
+    arrive();
     CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
     detail::Collective c(what);
     launch();
@@ -195,6 +196,20 @@ class NcclCommunicator final : public MpiHostCommunicator {
     // GPU-CHECK: untested on a GPU (this machine has none): the poll below replaced a plain
     // cudaStreamSynchronize; a stopped rank must end a 2-GPU job within collective_timeout_s.
     c.wait_until([this] { return collective_done(); }, [this] { (void)ncclCommAbort(comm_); });
+  }
+
+  // This rank arrives at a collective when its device has run everything queued before it: the host
+  // queues a whole step without waiting (issue 34), so it reaches the collective's call while its own
+  // forward and backward may still be running, and a deadline counted from there would count this
+  // rank's own work as the others' silence. Until then the peers see it as not arrived yet; a kernel of
+  // its own that never ends makes it one that never arrives, which they report. The host waits here
+  // anyway (the collective's wait follows), so the device idles only for the collective's launch.
+  // Not while a ZeRO-2/3 collective is in flight (started since the last wait_all): the kernels may
+  // wait for it (wait(ticket)), so their end may hang on a stopped peer, which only the deadline may
+  // wait for; there the clock starts at the call, as it did before the step stopped waiting.
+  void arrive() {
+    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels_stream()));
+    if (shard_kinds_ == 0) CHECK_CUDA(cudaEventSynchronize(kernels_done_));
   }
 
   // Polled by the deadline wait: true once reduced_ has passed; a CUDA error, or an error NCCL
