@@ -20,6 +20,13 @@ from harness import SOURCE, TINY_MODEL, make_data, read_metrics, read_params, wr
 
 CLUSTER_SCRIPT = os.path.join(SOURCE, "scripts", "slurm_cluster.sh")
 CANNOT_INSTALL = 3  # slurm_cluster.sh's exit status when apt-get cannot install Slurm
+# munged closes a client's socket when no request arrives within 2 s of its accept
+# (MUNGE_SOCKET_TIMEOUT_MSECS); libmunge then retries the request (MUNGE_SOCKET_RETRY_ATTEMPTS)
+# but does not ignore SIGPIPE, so a Slurm client stalled that long on a loaded machine (the
+# sanitized suite on 2 cores) dies of SIGPIPE at its write instead (scontrol exited -13 in CI).
+# The Slurm client commands run here (cmd, submit) inherit Python's SIG_IGN for SIGPIPE (restore_signals=False), as
+# munge's own tools set it, so the library's retry does its job.
+SLURM_CLIENT = dict(capture_output=True, text=True, restore_signals=False)
 TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                    "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
@@ -35,6 +42,7 @@ class SlurmCluster:
 
     def _run(self, *args, timeout):
         env = dict(os.environ, SFTDP_SLURM_DIR=self.state_dir, SFTDP_SLURM_FAKE_GPUS=str(self.fake_gpus))
+        # Default signal dispositions here: the daemons it starts, and through them the jobs, keep theirs.
         return subprocess.run(["bash", CLUSTER_SCRIPT, *args], capture_output=True, text=True,
                               env=env, timeout=timeout)
 
@@ -111,15 +119,15 @@ class SlurmCluster:
         sys.stderr.write(p.stderr)
 
     def cmd(self, *args, timeout=30, check=True):
-        p = subprocess.run(list(args), capture_output=True, text=True, env=self.env, timeout=timeout)
+        p = subprocess.run(list(args), env=self.env, timeout=timeout, **SLURM_CLIENT)
         if check and p.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
         return p.stdout
 
     def submit(self, script, args, sbatch_options=(), env_extra=None):
         env = dict(self.env, **(env_extra or {}))
-        p = subprocess.run(["sbatch", "--parsable", *sbatch_options, script, *args], capture_output=True,
-                           text=True, env=env, timeout=30)
+        p = subprocess.run(["sbatch", "--parsable", *sbatch_options, script, *args], env=env, timeout=30,
+                           **SLURM_CLIENT)
         if p.returncode != 0:
             raise RuntimeError(f"sbatch failed ({p.returncode}): {p.stderr.strip()}")
         return p.stdout.strip().split(";")[0]

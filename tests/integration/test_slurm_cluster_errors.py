@@ -1,8 +1,10 @@
 """scripts/slurm_cluster.sh start with its state dir under a directory the munge user cannot enter (a
 0700 temp dir, as pytest's own are): exit 2 with one error line naming that directory, the munge
 user and the fix, before any daemon starts (it used to wait 15 s and say "munged did not answer").
-Needs root and Slurm (installed with apt-get by the script); skipped where neither can be had."""
+Needs root and Slurm (installed with apt-get by the script); skipped where neither can be had.
+Also: the Slurm client commands the tests run survive a socket munged closed (SIGPIPE ignored)."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -61,3 +63,14 @@ def test_state_dir_out_of_reach_of_munge(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_slurm_clients_run_with_sigpipe_ignored(tmp_path):
+    """munged closes a client's socket after 2 s without a request, and libmunge retries the request
+    only if its process survives the write to that socket: the Slurm commands the tests run
+    (SlurmCluster.cmd, and so every scontrol/squeue/scancel poll) ignore SIGPIPE. (An scontrol
+    stalled on a loaded CI machine died of it, exit -13, and failed a job it was only watching.)"""
+    from slurm_helpers import SlurmCluster
+    status = SlurmCluster(str(tmp_path / "cluster")).cmd("cat", "/proc/self/status")
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    assert ignored & (1 << (signal.SIGPIPE - 1)), f"SIGPIPE not ignored: SigIgn {ignored:#x}"
