@@ -71,6 +71,10 @@ struct Config {
   int64_t log_period = 1;  // console line every N steps (metrics.jsonl gets every step)
   int64_t param_check_period = 100;  // every N steps ranks compare a parameter checksum; 0 = off
 
+  // How other trainers' names were read (SPEC §3 "Other trainers' names"), one log line each:
+  // "warmup_ratio=0.1 read as warmup_steps_fraction=0.1". Not a key: to_yaml() leaves it out.
+  std::vector<std::string> alias_notes;
+
   // The YAML text that reproduces this config (every key, resolved); stored in checkpoints.
   std::string to_yaml() const;
 };

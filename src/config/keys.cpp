@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "config/aliases.h"
 #include "config/keys.h"
 #include "sftdp/check.h"
 
@@ -182,7 +183,20 @@ std::string closest_key(std::string_view name) {
 }
 
 void throw_unknown_key(std::string_view name) {
-  throw UserError(std::string(name) + ": unknown key (did you mean " + closest_key(name) + "?)");
+  // The nearest name among the keys and other trainers' names (config/aliases.h); an alias
+  // nearer than every key suggests the key it is read as.
+  const std::string key = closest_key(name);
+  const Alias* nearest_alias = nullptr;
+  size_t alias_distance = SIZE_MAX;
+  for (const auto& alias : all_aliases()) {
+    if (alias.rule == AliasRule::kNoKey) continue;
+    const size_t d = edit_distance(name, alias.name);
+    if (d < alias_distance) nearest_alias = &alias, alias_distance = d;
+  }
+  std::string suggestion = key;
+  if (nearest_alias && alias_distance < edit_distance(name, key))
+    suggestion = std::string(nearest_alias->key) + ", or " + nearest_alias->origin + "'s " + nearest_alias->name;
+  throw UserError(std::string(name) + ": unknown key (did you mean " + suggestion + "?)");
 }
 
 void set_from_yaml(Config& cfg, const KeySpec& key, const YAML::Node& value) {

@@ -52,6 +52,7 @@ Available target_memory(const PlanTarget& t, bool gpu, int per_node) {
 
 int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* out) {
   SFTDP_ASSERT(target.ranks >= 1 && target.ranks_per_node >= 0 && target.memory_gib >= 0, "bad plan target");
+  for (const auto& note : cfg.alias_notes) std::fprintf(out, "plan: config: %s\n", note.c_str());
   const int per_node = target.ranks_per_node > 0 ? std::min(target.ranks_per_node, target.ranks) : target.ranks;
   const auto batch = config::resolve_batch(cfg, target.ranks);
   const auto dims = config::model_dims(cfg);

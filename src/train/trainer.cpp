@@ -259,6 +259,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   // Every collective from here on ends the job if a rank stays away this long (comm.h).
   comm::set_collective_timeout(cfg.collective_timeout_s);
   comm::set_collective_context("during set-up");
+  for (const auto& note : cfg.alias_notes) log::info("config: %s", note.c_str());  // before any check can fail
   Inputs in;
   check_inputs(cfg, mpi, in);
   comm::Communicator& comm = *in.dev.comm;
