@@ -36,6 +36,10 @@ std::string save(const std::string& dir, const model::ParamLayout& layout,
 void load(const std::string& path, const model::ParamLayout& layout, std::vector<float>& params,
           std::vector<float>& m, std::vector<float>& v, TrainState& state);
 
+// The resolved config a checkpoint stores (root attribute `config`); nothing when the file or the
+// attribute cannot be read (load_newest decides what to do with a damaged file).
+std::optional<std::string> read_config(const std::string& path);
+
 // Reads only /params (load_parameters_path). Shapes must match layout.
 void load_params(const std::string& path, const model::ParamLayout& layout,
                  std::vector<float>& params);

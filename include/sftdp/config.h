@@ -124,6 +124,19 @@ ModelDims model_dims(const Config& cfg);
 // Known preset names (gpt2-tiny, gpt2-124m, ...).
 std::vector<std::string> preset_names();
 
+// One key whose value in a resumed run differs from its checkpoint's (SPEC §5 "Resume").
+struct KeyChange {
+  std::string key, before, after;  // the values as to_yaml() writes them
+};
+// The keys of `now` whose value differs from the resolved config a checkpoint stores (its `config`
+// attribute: `checkpoint_yaml`), in key-table order; a key the stored config does not name (it
+// predates the key) is not compared. Throws UserError naming the key, both values and `checkpoint`
+// when one that cannot change on resume did: the model (as resolved: layers, heads, widths,
+// vocabulary, positions, block, norms, RoPE, head tying), lora_rank, lora_alpha,
+// lora_target_modules, enable_data_shuffling and data_shuffle_seed.
+std::vector<KeyChange> resume_changes(const Config& now, const std::string& checkpoint_yaml,
+                                      const std::string& checkpoint);
+
 // The batch factorisation for a given world size (SPEC §1).
 struct BatchPlan {
   int64_t global_batch = 0;   // G rows per optimizer step

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -255,6 +256,16 @@ void load(const std::string& path, const model::ParamLayout& layout, std::vector
   r.read_tensors(m_group, layout, m);
   r.read_tensors(v_group, layout, v, /*non_negative=*/true);
   state = std::move(loaded);
+}
+
+std::optional<std::string> read_config(const std::string& path) {
+  try {
+    CheckpointReader r(path);
+    if (!r.has_attr("config")) return std::nullopt;
+    return r.string_attr("config");
+  } catch (const UserError&) {
+    return std::nullopt;  // damaged: load_newest decides what to do with it
+  }
 }
 
 void load_params(const std::string& path, const model::ParamLayout& layout,

@@ -62,6 +62,11 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
   int64_t resumed = 0;
   const bool lora = model.lora();
   on_rank0(comm, [&] {
+    // A key that cannot change on resume (the model, the adapters, the data order) is refused before
+    // anything is read or moved; the newest checkpoint is the one resumed from unless it is damaged.
+    if (cfg.resume)
+      if (const auto newest = checkpoint::newest(paths.checkpoint_dir))
+        if (const auto yaml = checkpoint::read_config(*newest)) config::resume_changes(cfg, *yaml, *newest);
     std::string base_name, base_hash;
     if (lora) {  // the base first: a resumed checkpoint must have been trained on this one
       if (cfg.load_parameters_path.empty()) {
@@ -94,6 +99,8 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
       resumed = 1;
       log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", loaded->c_str(),
                 (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
+      for (const auto& c : config::resume_changes(cfg, state.config_yaml, *loaded))
+        log::info("resume: %s %s -> %s", c.key.c_str(), c.before.c_str(), c.after.c_str());
     } else if (lora) {
       if (!cfg.load_adapter_path.empty()) {
         hf::load_peft_adapter(cfg.load_adapter_path, model.dims(), model.lora_spec(), model.trainable_layout(), params);
