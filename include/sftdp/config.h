@@ -121,6 +121,10 @@ struct ModelDims {
 // "gpt2" | "llama" | "qwen2" | "qwen3": the decoder_block value that describes d.
 std::string block_name(const ModelDims& d);
 ModelDims model_dims(const Config& cfg);
+// With load_parameters_path a Hugging Face directory, the log line that says its config.json gives
+// the model and what became of model_name (that shape, or not used: where its preset differs); ""
+// otherwise. An unknown model_name is an error there too (SPEC §3).
+std::string hf_model_note(const Config& cfg);
 // Known preset names (gpt2-tiny, gpt2-124m, ...).
 std::vector<std::string> preset_names();
 

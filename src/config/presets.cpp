@@ -167,20 +167,63 @@ ModelDims hf_model_dims(const Config& cfg) {
   return hf;
 }
 
+// The preset model_name names; nullptr for "". An unknown name is an error even where a Hugging Face
+// directory gives the model, so that a Hub id there is not silently passed over.
+const Preset* find_preset(const Config& cfg, bool hf_dir) {
+  if (cfg.model_name.empty()) return nullptr;
+  for (const auto& p : kPresets)
+    if (cfg.model_name == p.name) return &p;
+  std::string hint;
+  if (hf_dir)
+    hint = "; load_parameters_path " + cfg.load_parameters_path + " gives the model (its config.json): leave "
+           "model_name out or set it to \"\"";
+  else if (cfg.model_name.find('/') != std::string::npos)
+    hint = "; a Hugging Face model id is not downloaded: download the model and set load_parameters_path to its "
+           "directory";
+  throw UserError("model_name: unknown preset '" + cfg.model_name + "' (known: " + joined_preset_names() + ")" + hint);
+}
+
+// "num_decoder_layers 24 vs 28, emb_dim 896 vs 1024": where a preset's shape differs from d's.
+std::string shape_differences(const ModelDims& d, const ModelDims& preset) {
+  std::string out;
+  auto differ = [&](const char* key, const std::string& mine, const std::string& theirs) {
+    if (mine != theirs) out += (out.empty() ? "" : ", ") + std::string(key) + " " + mine + " vs " + theirs;
+  };
+  auto i = [](int x) { return std::to_string(x); };
+  differ("decoder_block", block_name(d), block_name(preset));
+  differ("num_decoder_layers", i(d.L), i(preset.L));
+  differ("num_heads", i(d.NH), i(preset.NH));
+  differ("num_kv_heads", i(d.kv_heads()), i(preset.kv_heads()));
+  differ("head_dim", i(d.head_size()), i(preset.head_size()));
+  differ("emb_dim", i(d.C), i(preset.C));
+  differ("mlp_dim", i(d.F), i(preset.F));
+  differ("vocab_size", i(d.V), i(preset.V));
+  differ("max_position_embeddings", i(d.maxT), i(preset.maxT));
+  differ("tie_word_embeddings", d.tied ? "true" : "false", preset.tied ? "true" : "false");
+  return out;
+}
+
 }  // namespace
 
+std::string hf_model_note(const Config& cfg) {
+  if (!hf::is_hf_dir(cfg.load_parameters_path)) return "";
+  const ModelDims d = model_dims(cfg);
+  std::string note = "model: " + block_name(d) + " from " + cfg.load_parameters_path + "/config.json (" +
+                     std::to_string(d.L) + " layers, emb_dim " + std::to_string(d.C) + ", vocab_size " +
+                     std::to_string(d.V) + "): the directory's config wins";
+  const Preset* preset = find_preset(cfg, true);
+  if (!preset) return note;
+  const std::string differences = shape_differences(d, preset->dims);
+  if (differences.empty()) return note + "; model_name " + cfg.model_name + " is that shape";
+  return note + "; model_name " + cfg.model_name + " is not used (its preset differs: " + differences + ")";
+}
+
 ModelDims model_dims(const Config& cfg) {
-  if (hf::is_hf_dir(cfg.load_parameters_path)) return hf_model_dims(cfg);
+  const bool hf_dir = hf::is_hf_dir(cfg.load_parameters_path);
+  const Preset* preset = find_preset(cfg, hf_dir);
+  if (hf_dir) return hf_model_dims(cfg);
   ModelDims base{};  // all zero: "no preset", every dimension must be explicit
-  if (!cfg.model_name.empty()) {
-    const Preset* found = nullptr;
-    for (const auto& p : kPresets)
-      if (cfg.model_name == p.name) found = &p;
-    if (!found)
-      throw UserError("model_name: unknown preset '" + cfg.model_name +
-                      "' (known: " + joined_preset_names() + ")");
-    base = found->dims;
-  }
+  if (preset) base = preset->dims;
   ModelDims d = base;
   d.L = dimension("num_decoder_layers", cfg.num_decoder_layers, base.L);
   d.NH = dimension("num_heads", cfg.num_heads, base.NH);

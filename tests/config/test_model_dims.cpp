@@ -1,11 +1,14 @@
 // tests/config/test_model_dims.cpp — model presets and explicit dimensions (SPEC §3 "model_name
 // (a preset such as gpt2-tiny, gpt2-124m) or explicit num_decoder_layers, ..."). An explicit key
-// overrides only itself; without a preset every dimension is explicit.
+// overrides only itself; without a preset every dimension is explicit. A Hugging Face directory in
+// load_parameters_path gives the model: the log says so, and model_name must still be a preset.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "sftdp/check.h"
 #include "sftdp/config.h"
 
@@ -186,6 +189,47 @@ TEST(ModelExplicitDims, MissingDimensionWithoutAPresetNamesTheKey) {
     EXPECT_EQ(std::string(e.what()).rfind("emb_dim: required when model_name is empty", 0), 0u)
         << e.what();
   }
+}
+
+
+// A Hugging Face GPT-2 directory of gpt2-tiny's shape (only config.json: dimensions need no tensors).
+std::string tiny_hf_dir(const test::TempDir& tmp) {
+  std::ofstream(tmp / "config.json") << R"({"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64,
+                                          "n_inner": 256, "vocab_size": 264, "n_positions": 256})";
+  return tmp.path();
+}
+
+TEST(ModelFromHfDir, AModelNameThatIsNoPresetIsAnErrorEvenThen) {
+  test::TempDir tmp;
+  const std::string dir = tiny_hf_dir(tmp);
+  const std::string known = "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, llama-tiny, smollm2-135m, smollm2-360m, "
+                            "qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, qwen3-1.7b, qwen3-4b, llama-3.1-8b, qwen3-8b";
+  EXPECT_EQ(test::user_error_of([&] { dims_of({"model_name=Qwen/Qwen2.5-0.5B", "load_parameters_path=" + dir}); }),
+            "model_name: unknown preset 'Qwen/Qwen2.5-0.5B' (known: " + known + "); load_parameters_path " + dir +
+                " gives the model (its config.json): leave model_name out or set it to \"\"");
+  EXPECT_EQ(test::user_error_of([&] { dims_of({"model_name=Qwen/Qwen2.5-0.5B"}); }),
+            "model_name: unknown preset 'Qwen/Qwen2.5-0.5B' (known: " + known + "); a Hugging Face model id is not "
+            "downloaded: download the model and set load_parameters_path to its directory");
+}
+
+TEST(ModelFromHfDir, TheLogSaysTheDirectorysConfigWinsAndWhatBecameOfModelName) {
+  test::TempDir tmp;
+  const std::string dir = tiny_hf_dir(tmp);
+  const std::string head = "model: gpt2 from " + dir + "/config.json (2 layers, emb_dim 64, vocab_size 264): the "
+                           "directory's config wins";
+  auto note = [&](const std::string& model_name) {
+    return hf_model_note(from_yaml_text(kData, {"model_name=" + model_name, "load_parameters_path=" + dir}));
+  };
+  EXPECT_EQ(note("gpt2-tiny"), head + "; model_name gpt2-tiny is that shape");
+  EXPECT_EQ(note(""), head);
+  EXPECT_EQ(note("qwen2.5-0.5b"),
+            head + "; model_name qwen2.5-0.5b is not used (its preset differs: decoder_block gpt2 vs qwen2, "
+                   "num_decoder_layers 2 vs 24, num_heads 4 vs 14, num_kv_heads 4 vs 2, head_dim 16 vs 64, emb_dim 64 "
+                   "vs 896, mlp_dim 256 vs 4864, vocab_size 264 vs 151936, max_position_embeddings 256 vs 32768)");
+  // A preset of another shape is a note, not an error: the default model_name is a preset too.
+  expect_dims(model_dims(from_yaml_text(kData, {"model_name=qwen3-0.6b", "load_parameters_path=" + dir})), 2, 4, 64,
+              256, 264, 256);
+  EXPECT_EQ(hf_model_note(from_yaml_text(kData, {})), "") << "no directory: the preset gives the model";
 }
 
 }  // namespace
