@@ -2,6 +2,7 @@
 // scalars train/{loss,lr,grad_norm,tokens_per_s} and eval/loss go out with the same lines.
 #include "train/metrics.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,25 @@
 
 namespace sftdp::train {
 
+namespace {
+// The `step` of one metrics.jsonl line, or nothing (a blank or damaged line: a run killed mid-write).
+std::optional<int64_t> step_of(const std::string& line) {
+  if (line.empty()) return std::nullopt;
+  auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
+  return j["step"].get<int64_t>();
+}
+}  // namespace
+
+int64_t last_logged_step(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  int64_t last = -1;
+  while (std::getline(in, line))
+    if (const auto step = step_of(line)) last = std::max(last, *step);
+  return last;
+}
+
 MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_up_to_step) : path_(path) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::vector<std::string> kept;
@@ -21,11 +41,8 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_up_to_step) :
     std::ifstream in(path);
     std::string line;
     while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-          j["step"].get<int64_t>() <= keep_up_to_step)
-        kept.push_back(line);
+      const auto step = step_of(line);
+      if (step && *step <= keep_up_to_step) kept.push_back(line);
     }
   }
   const std::string tmp = path + ".tmp";

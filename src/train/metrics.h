@@ -21,6 +21,10 @@ struct StepMetrics {
   bool skipped = false;
 };
 
+// The largest `step` of the lines in a metrics.jsonl (step and eval lines); -1 when it has none or is
+// missing. The trainer compares it with the step it starts from (lines beyond it are dropped).
+int64_t last_logged_step(const std::string& path);
+
 class MetricsWriter {
  public:
   // Opens path for appending after keeping only lines with step <= keep_up_to_step, and a new

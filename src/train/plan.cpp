@@ -79,8 +79,11 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   };
 
   const size_t params = model::param_layout(dims).total;
-  std::fprintf(out, "plan: %s (%s block), %zu parameters", cfg.model_name.empty() ? "explicit dimensions" : cfg.model_name.c_str(),
-               config::block_name(dims).c_str(), params);
+  const std::string hf_note = config::hf_model_note(cfg);  // a Hugging Face directory's config.json wins
+  const std::string model = !hf_note.empty()          ? cfg.load_parameters_path + "/config.json"
+                            : cfg.model_name.empty() ? std::string("explicit dimensions")
+                                                     : cfg.model_name;
+  std::fprintf(out, "plan: %s (%s block), %zu parameters", model.c_str(), config::block_name(dims).c_str(), params);
   if (lora.enabled()) std::fprintf(out, ", %zu trainable (LoRA rank %d)", model::lora_layout(dims, lora).total, lora.rank);
   std::fprintf(out, "; hardware %s (%s kernels)\n", gpu ? "gpu" : "cpu", ops.name);
   std::fprintf(out,
@@ -95,6 +98,7 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
                    dims.rope_scaling.original_max_positions);
   }
   std::fprintf(out, ", head %s\n", dims.tied ? "tied" : "untied");
+  if (!hf_note.empty()) std::fprintf(out, "plan: %s\n", hf_note.c_str());
   std::fprintf(out, "plan: %d rank(s), %d per node; global batch %lld = %d rank(s) x GA %lld x %d rows, T=%d, dtype %s\n",
                target.ranks, per_node, static_cast<long long>(batch.global_batch), target.ranks,
                static_cast<long long>(batch.ga_steps), micro, T, cfg.dtype.c_str());
@@ -158,6 +162,12 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   if (target.ranks == 1)
     std::fprintf(out, "plan: on 1 rank zero_stage 1 to 3 shard nothing (2 and 3 add their unit slots, and 2 an fp32 "
                       "master copy of the parameters)\n");
+  if (at[1].grads > at[0].grads)  // bf16 weights at zero_stage 1: not a bug, Megatron's distributed optimizer
+    std::fprintf(out, "plan: note: gradient sums are larger at zero_stage 1 than at 0 here: with bf16 weights, "
+                      "stage 1 keeps the full fp32 gradient buffer that backward writes (as stage 0 does), plus the "
+                      "unit slots it is reduce-scattered through once per step and this rank's fp32 shard of the "
+                      "sums, which AdamW reads beside the fp32 master shard; its saving is in the parameters (bf16) "
+                      "and the AdamW moments (sharded); zero_stage 2 drops the full buffer\n");
 
   // The config's own choice, through the real run's check: its log line, or its error.
   const MemoryPlan mine = check_memory(cfg, batch, dims, ops, available, 0, target.ranks, gpu, threads);

@@ -32,6 +32,7 @@
 #include "train/metrics.h"
 #include "train/param_check.h"
 #include "train/run_state.h"
+#include "train/speed_window.h"
 #include "train/stop_signal.h"
 
 namespace sftdp::train {
@@ -137,6 +138,7 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
   log::info("sft-dp: %s %s, %d rank(s) x GA %lld x %lld rows = global batch %lld, T=%d, %zu params",
             config::block_name(in.dims).c_str(), in.dev.ops->name, plan.world_size, (long long)plan.ga_steps,
             (long long)plan.micro_batch, (long long)plan.global_batch, in.T, model.layout().total);
+  if (const std::string note = config::hf_model_note(cfg); !note.empty()) log::info("%s", note.c_str());
   if (in.dev.gpu) {  // which attention kernel runs (kernels/attention.h)
     const int HS = in.dims.head_size();
     if (!gemm_inputs_bf16(*in.dev.ops))
@@ -227,21 +229,22 @@ StepWork step_work(const Inputs& in, int world) {
   return w;
 }
 
-// Rank 0's metrics line and the progress line of a finished step.
+// Rank 0's metrics line (this step's own time and speed) and the progress line of a finished step,
+// whose speed is the window's: a mean over the last steps (train/speed_window.h).
 void record_step(MetricsWriter* writer, const optim::StepStats& stats, const checkpoint::TrainState& state,
                  int64_t epoch_of_step, int64_t total_steps, double lr, double dt, const StepWork& work,
-                 double avg_step_s, int64_t log_period) {
-  const double tflops = work.flops / dt / 1e12;
-  const double mfu = work.peak_flops > 0 ? work.flops / dt / work.peak_flops : -1;
+                 double avg_step_s, const SpeedWindow& speed, int64_t log_period) {
+  const auto mfu_at = [&](double step_s) { return work.peak_flops > 0 ? work.flops / step_s / work.peak_flops : -1; };
   if (writer) {
     StepMetrics m;
     m.step = state.step;
     m.loss = stats.loss, m.lr = lr, m.grad_norm = stats.grad_norm, m.weight_sum = stats.weight_sum;
     m.tokens_per_s = work.tokens / dt, m.step_time_s = dt, m.epoch = epoch_of_step;
-    m.tflops = tflops, m.mfu = mfu;
+    m.tflops = work.flops / dt / 1e12, m.mfu = mfu_at(dt);
     m.skipped = stats.skipped;
     writer->step(m);
   }
+  const double mean_s = speed.mean_step_s(), mfu = mfu_at(mean_s);
   char mfu_text[32] = "";
   if (mfu >= 0) std::snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", 100 * mfu);
   if (stats.skipped)
@@ -249,8 +252,22 @@ void record_step(MetricsWriter* writer, const optim::StepStats& stats, const che
               (long long)total_steps);
   else if (state.step % log_period == 0 || state.step == total_steps)
     log::info("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f tok/s | %.4g TFLOP/s%s | %.1f ms | eta %s",
-              (long long)state.step, (long long)total_steps, stats.loss, lr, stats.grad_norm, work.tokens / dt, tflops,
-              mfu_text, dt * 1e3, format_eta(avg_step_s * (total_steps - state.step)).c_str());
+              (long long)state.step, (long long)total_steps, stats.loss, lr, stats.grad_norm, work.tokens / mean_s,
+              work.flops / mean_s / 1e12, mfu_text, mean_s * 1e3,
+              format_eta(avg_step_s * (total_steps - state.step)).c_str());
+}
+
+// A metrics.jsonl that logged steps beyond the checkpoint the run starts from: a run ended without
+// a checkpoint after them (SIGKILL, out of memory, a second Ctrl-C at mpirun, §2). Its lines are
+// dropped and those steps trained again; rank 0 says so rather than lose them silently.
+void warn_of_steps_trained_again(const RunPaths& paths, int64_t start_step) {
+  const int64_t logged = last_logged_step(paths.metrics_path);
+  if (logged <= start_step) return;
+  const std::string from =
+      start_step > 0 ? "the checkpoint resumed from is step " + std::to_string(start_step) : "no checkpoint was written";
+  log::warn("%s logged steps up to %lld but %s: steps %lld-%lld are trained again (the run that logged them ended "
+            "without a checkpoint after them: killed, out of memory, or Ctrl-C twice at mpirun)",
+            paths.metrics_path.c_str(), (long long)logged, from.c_str(), (long long)start_step + 1, (long long)logged);
 }
 
 }  // namespace
@@ -279,6 +296,8 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   model.set_cuda_graphs(cfg.cuda_graphs);
   optim::AdamW opt(model, comm, zero_stage);
   checkpoint::TrainState state = restore(cfg, in.paths, model, opt, comm, plan.global_batch, in.steps_per_epoch);
+  set_last_checkpoint_step(state.step > 0 ? state.step : -1);  // for the interrupt lines (stop_signal.h)
+  if (comm.rank() == 0) warn_of_steps_trained_again(in.paths, state.step);
   log_startup(cfg, in, model, opt);
   if (state.step >= in.total_steps) {
     log::info("run already complete: %lld of %lld steps", (long long)state.step, (long long)in.total_steps);
@@ -308,6 +327,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   const StepWork work = step_work(in, comm.world());
   double time_sum = 0;
   int64_t timed_steps = 0;
+  SpeedWindow speed(cfg.log_period);
   while (state.step < in.total_steps) {
     const auto t0 = Clock::now();
     comm::set_collective_context("of step " + std::to_string(state.step + 1));
@@ -329,8 +349,9 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     state.step += 1;
     if (++state.step_in_epoch == in.steps_per_epoch) state.epoch += 1, state.step_in_epoch = 0;
     if (state.step > 1 || in.total_steps == 1) time_sum += dt, ++timed_steps;  // step 1 warms up
+    speed.add(dt);
     record_step(metrics(), stats, state, epoch_of_step, in.total_steps, lr, dt, work,
-                timed_steps ? time_sum / timed_steps : dt, cfg.log_period);
+                timed_steps ? time_sum / timed_steps : dt, speed, cfg.log_period);
 
     const bool last = state.step == in.total_steps;
     // zero_stage 3 and bf16 weights keep no replicated fp32 parameters to compare: each rank holds its shard.
@@ -346,8 +367,15 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     double stop = stop_requested() ? 1.0 : 0.0;
     comm.allreduce_sum_host(&stop, 1);
     const bool periodic = cfg.checkpoint_period > 0 && state.step % cfg.checkpoint_period == 0;
-    if (periodic || last || stop > 0) save_checkpoint(cfg, in.paths, model, opt, comm, state);
-    if (last && cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, in.paths, model, comm); });
+    if (periodic || last || stop > 0) {
+      save_checkpoint(cfg, in.paths, model, opt, comm, state);
+      set_last_checkpoint_step(state.step);
+    }
+    if (last) {  // the final evaluation's line, then the export's
+      comm::set_collective_context("at the end of the run");
+      run_eval(state.step);
+      if (cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, in.paths, model, comm); });
+    }
     if (stop > 0 && !last) {
       comm.barrier();
       log::info("stop signal received: checkpoint at step %lld written; resubmit to continue",
@@ -355,8 +383,6 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
       return 0;
     }
   }
-  comm::set_collective_context("at the end of the run");
-  run_eval(state.step);
   comm.barrier();  // rank 0's checkpoint is on disk before any rank reports success
   log::info("done: %lld steps; outputs in %s", (long long)state.step, in.paths.run_dir.c_str());
   return 0;

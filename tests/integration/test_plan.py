@@ -173,6 +173,23 @@ def test_what_does_not_fit_is_the_real_runs_error(tmp_path):
     assert re.search(r"^\| fits +\| +no \| +yes \| +yes \| +yes \|$", p.stdout, re.M), p.stdout  # zero_stage 0 would not
 
 
+def test_a_larger_stage_1_gradient_row_is_explained(tmp_path):
+    """bf16 weights at zero_stage 1 keep the full fp32 gradient buffer beside the slots and the shard it is
+    reduce-scattered into: larger than stage 0's row, which a note says is no bug (issue 35)."""
+    d = str(tmp_path)
+    cfg = write_config(f"{d}/c.yml", model_name="smollm2-135m", train_files=f"{d}/none.h5", hardware="gpu",
+                       dtype="bfloat16", weight_dtype="bfloat16", max_target_length=1024, global_batch_size=8)
+    p = plan(cfg, "--ranks", "8", "--memory-gib", "80")
+    assert p.returncode == 0, p.stdout + p.stderr
+    row = re.search(r"^\| gradient sums +\| +([\d.]+) (MiB|GiB) \| +([\d.]+) (MiB|GiB) \|", p.stdout, re.M)
+    assert row and row.group(2) == row.group(4) == "MiB" and float(row.group(3)) > float(row.group(1)), p.stdout
+    notes = [line for line in p.stdout.splitlines() if line.startswith("plan: note: gradient sums are larger at "
+                                                                       "zero_stage 1 than at 0 here")]
+    assert len(notes) == 1 and "full fp32 gradient buffer" in notes[0], p.stdout
+    p = plan(cfg, "--ranks", "8", "--memory-gib", "80", overrides=["weight_dtype=float32"])
+    assert p.returncode == 0 and "plan: note: gradient sums" not in p.stdout, "no note where stage 1 is not larger"
+
+
 @pytest.mark.parametrize("args,key", [(["--ranks", "0"], "--ranks"), (["--ranks", "two"], "--ranks"),
                                       (["--ranks-per-node", "-1"], "--ranks-per-node"),
                                       (["--memory-gib", "0"], "--memory-gib"), (["--memory-gib"], "--memory-gib"),

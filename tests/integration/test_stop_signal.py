@@ -1,9 +1,10 @@
 """Ctrl-C saves (docs/SPEC.md §2): on one rank, SIGINT is the same clean stop as SIGTERM and
 SIGUSR1 — the run stops at the next step boundary, writes a checkpoint, says "resubmit to
 continue" and exits 0 — and running the same command again continues bitwise as if never
-stopped. A second SIGINT while the stop is pending ends the process at once, killed by SIGINT
-(status 130 in a shell), without a checkpoint. tests/integration/test_stop_signal_mpi.py covers
-mpirun."""
+stopped. Nothing is lost silently (issue 35): a second SIGINT while the stop is pending keeps it (the
+checkpoint is still written, exit 0) and says so; a third ends the process at once, killed by SIGINT
+(status 130 in a shell), without a checkpoint, after a line saying so. tests/integration/
+test_stop_signal_mpi.py covers mpirun."""
 import os
 import signal
 import time
@@ -62,22 +63,50 @@ def test_resubmitting_after_ctrl_c_continues_bitwise(workdir, cfg):
     assert rows(run.run_dir) == rows(f"{straight}/r"), "metrics of every step identical"
 
 
-def test_second_ctrl_c_stops_at_once(workdir, note):
-    # 256 rows a step (~0.3-0.5 s): the second SIGINT lands while the step of the first runs.
-    d = f"{workdir}/twice"
+SECOND_NOTICE = "sft_train: interrupt again: the checkpoint is still written at the next step boundary " \
+                "(no checkpoint yet); a third Ctrl-C stops at once, without it"
+THIRD_NOTICE = "sft_train: third interrupt: stopping now, without a checkpoint; no checkpoint written yet: a " \
+               "resubmission starts over"
+
+
+def slow_run(workdir, name):
+    """256 rows a step (~0.3-0.5 s): the later SIGINTs land while the step of the first runs."""
+    d = f"{workdir}/{name}"
     os.makedirs(d)
     cfg = stop_config(d, global_batch_size=256, rows=256)
     run = SignalledRun(cfg, f"{d}/out/r", {})
     run.wait_steps(3)
+    return run
+
+
+def interrupt(run, notice):
     run.kill(signal.SIGINT)
-    assert run.wait_stderr(INTERRUPT_NOTICE), \
-        f"the first Ctrl-C is answered and the run goes on to its step boundary (exit {run.proc.poll()})"
+    assert run.wait_stderr(notice), f"answered on stderr while the run goes on (exit {run.proc.poll()})\n" + \
+        run.stderr()[-1500:]
+
+
+def test_a_second_ctrl_c_still_writes_the_checkpoint(workdir):
+    run = slow_run(workdir, "twice")
+    interrupt(run, INTERRUPT_NOTICE)
+    interrupt(run, SECOND_NOTICE)
+    code = run.wait()
+    assert code == 0, f"the pending stop ends the run as one Ctrl-C does (got {code})\n{run.stderr()[-1500:]}"
+    step = read_metrics(run.run_dir)[0][-1]["step"]
+    assert run.checkpoints() == [f"step_{step}.h5"], f"the checkpoint of the stop: {run.checkpoints()}"
+    assert f"stop signal received: checkpoint at step {step} written; resubmit to continue" in run.stdout()
+
+
+def test_a_third_ctrl_c_stops_at_once(workdir, note):
+    run = slow_run(workdir, "thrice")
+    interrupt(run, INTERRUPT_NOTICE)
+    interrupt(run, SECOND_NOTICE)
     t0 = time.monotonic()
     run.kill(signal.SIGINT)
     code = run.wait()
     elapsed = time.monotonic() - t0
-    note(f"stop signal: a second Ctrl-C ended sft_train {elapsed * 1000:.0f} ms after it was sent")
+    note(f"stop signal: a third Ctrl-C ended sft_train {elapsed * 1000:.0f} ms after it was sent")
     assert code == -signal.SIGINT, f"killed by SIGINT, as the shell's 130 says (got {code})"
+    assert THIRD_NOTICE in run.stderr(), run.stderr()[-1500:]
     assert run.checkpoints() == [], f"no checkpoint written: {run.checkpoints()}"
     assert "resubmit to continue" not in run.stdout()
     step_s = read_metrics(run.run_dir)[0][-1]["step_time_s"]

@@ -7,14 +7,17 @@
   ranks get SIGTERM odls_base_sigkill_timeout (1 s) after mpirun's signal, then SIGKILL 1 s after
   that, and mpirun exits 1 whatever the ranks return. The ranks' SIGTERM is a clean stop, so the
   checkpoint is written when the step in progress and the checkpoint fit in that second (they do
-  here: a small model)."""
+  here: a small model).
+- Ctrl-C twice at mpirun: the ranks see SIGCONT, then SIGKILL, never the SIGTERM: nothing is saved and no
+  rank can say so. The next start of the run says it (issue 35): a warning that metrics.jsonl logged
+  steps no checkpoint holds, and that they are trained again."""
 import os
 import signal
 import time
 
 import pytest
 
-from harness import read_metrics
+from harness import read_metrics, run_train
 from signalled_run import SignalledRun, stop_config
 
 SIGKILL_TIMEOUT_S = 1  # Open MPI 4.1's odls_base_sigkill_timeout default
@@ -80,3 +83,26 @@ def test_ctrl_c_at_a_terminal_reaches_mpirun_alone(workdir):
             f"ranks' process groups {groups}, mpirun's {os.getpgid(run.proc.pid)}"
     finally:
         run.close()
+
+
+def test_ctrl_c_twice_at_mpirun_is_said_at_the_next_start(workdir):
+    d = f"{workdir}/twice"
+    os.makedirs(d)
+    cfg = stop_config(d)
+    run = SignalledRun(cfg, f"{d}/out/r", {}, np_=2)
+    try:
+        run.wait_steps(3)
+        run.kill(signal.SIGINT)
+        time.sleep(0.2)  # within odls_base_sigkill_timeout: before the ranks' SIGTERM
+        run.kill(signal.SIGINT)
+        code = run.wait()
+    finally:
+        run.close()
+    assert code != 0 and run.checkpoints() == [], f"mpirun exit {code}, checkpoints {run.checkpoints()}"
+    logged = read_metrics(run.run_dir)[0][-1]["step"]
+    assert "resubmit to continue" not in run.stdout()
+    p = run_train(cfg, {"steps": 1})  # the resubmission, shortened
+    want = (f"warning: {run.run_dir}/metrics.jsonl logged steps up to {logged} but no checkpoint was written: "
+            f"steps 1-{logged} are trained again (the run that logged them ended without a checkpoint after them: "
+            "killed, out of memory, or Ctrl-C twice at mpirun)")
+    assert want in p.stderr.splitlines(), p.stderr
