@@ -138,11 +138,14 @@ def test_damaged_newest_warns_naming_both_files(fallback):
     run, p = fallback
     ck = f"{run}/checkpoints"
     warnings = [l for l in p.stderr.splitlines() if l.startswith("warning:")]
-    assert len(warnings) == 1, p.stderr
+    assert len(warnings) == 2, p.stderr
     w = warnings[0]
     assert f"{ck}/step_4.h5: not a readable HDF5 checkpoint" in w, w
     assert f"resuming from the older {ck}/step_2.h5 instead" in w and f"{ck}/step_4.h5.corrupt" in w, w
     assert f"resuming from {ck}/step_2.h5" in p.stdout, p.stdout
+    # The crashed run had logged steps up to 5: the ones after step 2 are trained again, and it says so (issue 35).
+    assert warnings[1].startswith(f"warning: {run}/metrics.jsonl logged steps up to 5 but the checkpoint resumed "
+                                  "from is step 2: steps 3-5 are trained again"), warnings[1]
 
 
 def test_damaged_newest_is_moved_aside(fallback):
