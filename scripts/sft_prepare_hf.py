@@ -188,7 +188,7 @@ def main(argv):
         opts = parse_args(argv)
         if opts["workers"] > 1:  # one tokenizer thread per worker process
             os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        vocab = Vocab(load_tokenizer(opts["tokenizer"]), opts["preset"])
+        vocab = Vocab(load_tokenizer(opts["tokenizer"]), opts["preset"]).check_renderer()
         identity = ("hf", tokenizer_hash(opts["tokenizer"]))
         sources.expand(opts["inputs"])  # a missing input is reported before the output is created
         sink = rows.H5Sink(opts["output"], opts["T"], opts["pack"])

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import harness
+from hf_tok import chat_ids, gpt2_fast
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -172,8 +173,7 @@ def tokenizer_dirs(workdir):
     """Two directories saved by transformers from the GPT-2 files: one with a chat_template of its
     own, one without (→ the ChatML default)."""
     own, plain = os.path.join(workdir, "tok_own"), os.path.join(workdir, "tok_plain")
-    tok = transformers.GPT2TokenizerFast(vocab_file=os.path.join(GPT2_DIR, "encoder.json"),
-                                         merges_file=os.path.join(GPT2_DIR, "vocab.bpe"))
+    tok = gpt2_fast(transformers, GPT2_DIR)
     tok.save_pretrained(plain)
     tok.chat_template = OWN_TEMPLATE
     tok.save_pretrained(own)
@@ -209,7 +209,7 @@ def test_chat_rows_equal_apply_chat_template(workdir, tokenizer_dirs, kind):
     template = CHATML if kind == "plain" else None
     end = (tok.eos_token if kind == "own" else "<|im_end|>") + "\n"
     for r, conv in enumerate(convs):
-        expected = tok.apply_chat_template(conv, chat_template=template, tokenize=True)
+        expected = chat_ids(tok, conv, chat_template=template)
         n = len(expected)
         assert example_tokens(cols, r, n) == expected, f"row {r}"
         # The weighted targets, as runs of consecutive positions, decode to the assistant turns.
