@@ -1,6 +1,7 @@
 """The Hugging Face tokenizer side of scripts/sft_prepare_hf.py: loading a tokenizer (directory,
 bare tokenizer.json, GPT-2 BPE files), the model presets' checks, rendering chat templates, and the
 tokenizer's identity for the data file (SPEC §4 tokenizer_hash: FNV-1a 64 of its defining files)."""
+import json
 import os
 import sys
 import warnings
@@ -64,7 +65,7 @@ def load_tokenizer(path):
             try:  # a bare tokenizer.json: no chat template, no special-token roles
                 return transformers.PreTrainedTokenizerFast(tokenizer_file=path)
             except Exception as e:
-                raise UserError(f"--tokenizer: {path}: cannot load: {one_line(e)}")
+                raise UserError(f"--tokenizer: {path}: cannot load: {one_line(e)}{_newer_format(path)}")
     has_json = os.path.isfile(os.path.join(d, "tokenizer.json"))
     has_config = os.path.isfile(os.path.join(d, "tokenizer_config.json"))
     gpt2 = _gpt2_files(d)
@@ -88,9 +89,44 @@ def load_tokenizer(path):
             errors.append(one_line(e))
             continue
         if getattr(tok, "is_fast", False):
-            return tok
+            return _with_template_file(tok, d)
         errors.append(f"{type(tok).__name__} is not a fast (tokenizers) tokenizer")
-    raise UserError(f"--tokenizer: {path}: cannot load: {errors[-1] if errors else '?'}")
+    hint = _newer_format(os.path.join(d, "tokenizer.json")) if has_json else ""
+    raise UserError(f"--tokenizer: {path}: cannot load: {errors[-1] if errors else '?'}{hint}")
+
+
+def _with_template_file(tok, d):
+    """tok with the chat template of d/chat_template.jinja (or chat_template.json) when it has
+    none: transformers >= 4.50 saves the template there, where 4.44 does not look."""
+    if tok.chat_template:
+        return tok
+    jinja, js = os.path.join(d, "chat_template.jinja"), os.path.join(d, "chat_template.json")
+    try:
+        if os.path.isfile(jinja):
+            with open(jinja, encoding="utf-8") as f:
+                tok.chat_template = f.read()
+        elif os.path.isfile(js):
+            with open(js, encoding="utf-8") as f:
+                tok.chat_template = json.load(f)["chat_template"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"--tokenizer: {d}: cannot read its chat template file: {one_line(e)}")
+    return tok
+
+
+def _newer_format(tok_json):
+    """A hint for a tokenizer.json that the installed tokenizers cannot read because a newer one
+    wrote it (tokenizers 0.20 writes BPE merges as pairs, which 0.19 cannot parse), else ""."""
+    import tokenizers
+    try:
+        with open(tok_json, encoding="utf-8") as f:
+            merges = json.load(f).get("model", {}).get("merges") or []
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if merges and isinstance(merges[0], list) and tuple(map(int, tokenizers.__version__.split(".")[:2])) < (0, 20):
+        return (f" (its BPE merges are pairs, as tokenizers >= 0.20 writes them; the installed "
+                f"tokenizers {tokenizers.__version__} cannot read them: run this script with the newest "
+                "libraries, bash scripts/setup_pynew.sh makes them in .pynew)")
+    return ""
 
 
 def preset_named(name):
