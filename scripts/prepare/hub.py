@@ -153,6 +153,8 @@ def split_files(d, split, config_name):
             raise UserError(f"--config: {d} has no README.md with a configs: block")
         splits = default_splits(_all_files(d))
         how = "file layout"
+    order = [s for s in SPLIT_KEYWORDS if s in splits] + sorted(set(splits) - set(SPLIT_KEYWORDS))
+    splits = {k: splits[k] for k in order}  # train, validation, test, then the others (as datasets)
     want = split or "train"
     if want not in splits:
         if not splits:
