@@ -6,7 +6,8 @@ jinja2/transformers lacks is an `error:` naming it. A Qwen3-style tokenizer dire
 newest tokenizers/transformers (.pynew: BPE merges as pairs, chat_template.jinja, tokenizer_class
 Qwen2Tokenizer) prepares there with chat rows to exactly the ids of transformers' public
 apply_chat_template, loss on the replies; under the pinned tokenizers 0.19 (.pyref), which cannot read
-that tokenizer.json, it is an `error:` saying why and what to run. Runs under both venvs."""
+that tokenizer.json, it is an `error:` saying why and what to run. A chat_template.jinja is read on
+every release; the fallback through apply_chat_template renders the same text. Runs under both venvs."""
 import ast
 import json
 import os
@@ -261,3 +262,22 @@ def test_a_chat_template_jinja_file_is_read_where_transformers_does_not(workdir)
         inputs = f["inputs"][0]
     assert list(inputs[:len(ids) - 1]) == ids[:-1]
     assert np.count_nonzero(inputs != inputs[-1]) >= len(ids) - 1
+
+
+def test_rendering_through_apply_chat_template_gives_the_same_text(gpt2_with):
+    """Where check_renderer finds that prepare.template renders a template differently from the
+    installed transformers, every chat goes through the public apply_chat_template instead: that
+    path gives the same text here, and a template error there is still a UserError naming it."""
+    sys.path.insert(0, SCRIPTS)
+    from prepare.errors import UserError
+    from prepare.vocab import Vocab, load_tokenizer
+    d = gpt2_with("public_path", CHATML)
+    fast, public = Vocab(load_tokenizer(d)).check_renderer(), Vocab(load_tokenizer(d))
+    assert not fast.public
+    public.public = True
+    for gen in (False, True):
+        assert public.render(CHAT, gen) == fast.render(CHAT, gen) != ""
+    bad = Vocab(load_tokenizer(gpt2_with("public_bad", "{{ raise_exception('no system turns here') }}")))
+    bad.public = True
+    with pytest.raises(UserError, match="no system turns here"):
+        bad.render(CHAT, False)
