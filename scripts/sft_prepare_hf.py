@@ -12,8 +12,9 @@ for any number of workers. The parts live in scripts/prepare/.
 
 --preset (scripts/chat_presets.py) checks the tokenizer against a Llama-family model preset and
 supplies that model's chat template and special-token roles where the tokenizer has none.
-Needs transformers, tokenizers, jinja2, pyarrow, h5py, numpy (scripts/setup_pyref.sh installs them
-into .pyref).
+Needs transformers, tokenizers, jinja2, pyarrow, h5py, numpy and no torch: the pinned ones of
+scripts/setup_pyref.sh (.pyref) or the newest of scripts/setup_pynew.sh (.pynew); only their public
+APIs are used (chat templates render in jinja2's sandbox, scripts/prepare/template.py).
 """
 import os
 import sys
