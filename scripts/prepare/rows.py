@@ -1,9 +1,13 @@
 """Examples → SPEC §4 rows (src/data/prepare.cpp RowBuilder's rules), streamed into the HDF5 file a
 chunk of rows at a time. An example of L tokens takes L-1 positions: inputs tokens[0..L-2], targets
-tokens[1..L-1], loss_weights the targets' weights. Longer than T+1: dropped, or cut to T+1
-(truncate). Packed: appended to the current row while it fits, segment ids 1, 2, ... and positions
-restarting at 0 per example (padding: 0, 0). The file is written as <path>.partial-<pid> and
-renamed into place when complete (src/data/data_writer.cpp), so a failure leaves nothing."""
+tokens[1..L-1], loss_weights the targets' weights. Longer than T+1: cut to its first T+1 tokens
+(truncate, TRL's way: the completion loses its end, the prompt is kept), or dropped when the prompt
+alone leaves no trained token in them; with drop, every such example is dropped. Each dropped row is
+one JSON line of the report <output>.dropped.jsonl. Packed: appended to the current row while it
+fits, segment ids 1, 2, ... and positions restarting at 0 per example (padding: 0, 0). The files are
+written as <path>.partial-<pid> and renamed into place when complete (src/data/data_writer.cpp), so
+a failure leaves nothing."""
+import json
 import os
 import shutil
 
@@ -15,8 +19,9 @@ COLUMNS = ("inputs", "targets", "loss_weights", "segment_ids", "positions")
 
 
 class RowBuilder:
-    def __init__(self, T, pack, truncate, pad_id, sink, chunk_rows=4096):
+    def __init__(self, T, pack, truncate, pad_id, sink, chunk_rows=4096, report=None):
         self.T, self.pack, self.truncate, self.pad_id, self.sink = T, pack, truncate, pad_id, sink
+        self.report = report  # a DropReport, or None (dropped rows only counted)
         self.chunk = chunk_rows
         self.stats = {"examples": 0, "dropped": 0, "truncated": 0, "completion_tokens": 0}
         self.rows = 0           # rows started so far
@@ -42,8 +47,14 @@ class RowBuilder:
         self.rows += 1
         self.row_open, self.fill, self.segment = True, 0, 0
 
-    def add_batch(self, ids, weights, offsets):
-        """Examples k = ids[offsets[k]:offsets[k+1]] (with their weights), in order."""
+    def _drop(self, place, k, length, prompt, reason):
+        self.stats["dropped"] += 1
+        if self.report is not None and place is not None:
+            self.report.add(place(k), length, prompt, reason)
+
+    def add_batch(self, ids, weights, offsets, place=None):
+        """Examples k = ids[offsets[k]:offsets[k+1]] (with their weights), in order; place(k) names
+        example k's row in its file (prepare.sources.Batch.place) for the dropped-rows report."""
         T = self.T
         stats = self.stats
         for k in range(len(offsets) - 1):
@@ -51,8 +62,14 @@ class RowBuilder:
             stats["examples"] += 1
             length = b - a
             if length > T + 1:
+                trained = np.flatnonzero(weights[a + 1:b])
+                prompt = int(trained[0]) + 1 if len(trained) else length  # tokens before the first trained one
                 if not self.truncate:
-                    stats["dropped"] += 1
+                    self._drop(place, k, length, prompt, f"longer than max-length+1 = {T + 1} tokens")
+                    continue
+                if prompt > T:
+                    self._drop(place, k, length, prompt, f"the prompt alone is {prompt} tokens: no "
+                               f"completion token fits in max-length+1 = {T + 1}")
                     continue
                 stats["truncated"] += 1
                 length = T + 1
@@ -77,6 +94,38 @@ class RowBuilder:
             self.sink.append({name: a[:self.used] for name, a in self.buf.items()})
         self.used = 0
         return self.rows
+
+
+class DropReport:
+    """The dropped rows, one JSON line each ({"file", "line"} or {"file", "row", "index"}, "tokens",
+    "prompt_tokens", "reason"), written beside the output as <output>.dropped.jsonl and renamed into
+    place with it; none dropped: no report (an earlier run's is removed)."""
+
+    def __init__(self, output):
+        self.path = output + ".dropped.jsonl"
+        self.temp = f"{self.path}.partial-{os.getpid()}"
+        self.f = None
+        self.count = 0
+
+    def add(self, place, tokens, prompt_tokens, reason):
+        if self.f is None:
+            self.f = open(self.temp, "w", encoding="utf-8")
+        self.f.write(json.dumps(dict(place, tokens=tokens, prompt_tokens=prompt_tokens, reason=reason),
+                                ensure_ascii=False) + "\n")
+        self.count += 1
+
+    def finish(self):
+        if self.f is not None:
+            self.f.close()
+            os.rename(self.temp, self.path)
+        elif os.path.exists(self.path):
+            os.remove(self.path)
+
+    def abort(self):
+        if self.f is not None:
+            self.f.close()
+        if os.path.exists(self.temp):
+            os.remove(self.temp)
 
 
 class H5Sink:

@@ -1,24 +1,70 @@
 """Where rows come from, read in batches so that memory is bounded by a batch, not the input:
 JSONL files (one JSON object a line, blank lines skipped), Parquet files (pyarrow), Arrow IPC files
 (the stream format datasets.save_to_disk writes, or the file format), datasets.save_to_disk
-directories (their data-0000N-of-M.arrow files in state.json's order) and shell globs of any of
-these. A row is named "<file>:<line>" (JSONL) or "<file>: row N" (N counted from 1 in that file)."""
+directories (their data-0000N-of-M.arrow files in state.json's order; a DatasetDict's split),
+dataset repositories downloaded from the Hub (prepare.hub picks a split's files) and shell globs of
+any of these. A row is named "<file>:<line>" (JSONL) or "<file>: row N" (N counted from 1 in that
+file); a Batch also carries the file and those numbers (the dropped-rows report)."""
 import glob
 import json
 import os
 
+from prepare import hub
 from prepare.errors import UserError, one_line
 
 
 class Batch:
-    """Rows of one file: raw JSONL lines (bytes, raw=True) or dicts (a Parquet/Arrow row), each with
-    its name; progress is how far into all inputs (in bytes of input) the batch's end lies."""
+    """Rows of one file (path): raw JSONL lines (bytes, raw=True) or dicts (a Parquet/Arrow row),
+    each with its name and number (JSONL: its line; Parquet/Arrow: its row, from 1); progress is
+    how far into all inputs (in bytes of input) the batch's end lies."""
 
-    def __init__(self, names, items, raw, progress):
-        self.names, self.items, self.raw, self.progress = names, items, raw, progress
+    def __init__(self, path, numbers, items, raw, progress):
+        self.path, self.numbers, self.items, self.raw, self.progress = path, numbers, items, raw, progress
+        self.names = [f"{path}:{n}" if raw else f"{path}: row {n}" for n in numbers]
+
+    def place(self, k):
+        """Row k's place in its file, for the dropped-rows report."""
+        n = self.numbers[k]
+        return {"file": self.path, "line": n} if self.raw else {"file": self.path, "row": n, "index": n - 1}
 
     def rows(self):
         return zip(self.names, self.items)
+
+
+def _saved_dataset_files(d):
+    """The .arrow files of a datasets.save_to_disk directory (with state.json), in its order."""
+    state = os.path.join(d, "state.json")
+    try:
+        with open(state, encoding="utf-8") as f:
+            names = [e["filename"] for e in json.load(f)["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{state}: not a datasets state.json ({one_line(e)})")
+    files = [os.path.join(d, n) for n in names]
+    for p in files:
+        if not os.path.isfile(p):
+            raise UserError(f"{p}: not found (listed in {state})")
+    return files
+
+
+def _directory_files(d, split, config, notes):
+    """A directory's data files: a DatasetDict's split (dataset_dict.json), a saved Dataset
+    (state.json), or a Hub dataset repository's split (prepare.hub)."""
+    if os.path.isfile(os.path.join(d, "dataset_dict.json")):
+        splits = sorted(e for e in os.listdir(d) if os.path.isfile(os.path.join(d, e, "state.json")))
+        want = split or "train"
+        if want not in splits:
+            raise UserError(f"{d}: is a DatasetDict with splits {', '.join(splits) or 'none'} and no "
+                            f'"{want}"; choose one with --split NAME')
+        notes.append(f"{d}: split {want} of a datasets.save_to_disk DatasetDict")
+        return _saved_dataset_files(os.path.join(d, want))
+    if os.path.isfile(os.path.join(d, "state.json")):
+        if split is not None or config is not None:
+            raise UserError(f"{d}: is one saved split (state.json); --split and --config are for "
+                            "a DatasetDict or a Hub dataset directory")
+        return _saved_dataset_files(d)
+    files, how = hub.split_files(d, split, config)
+    notes.append(f"{d}: {how}")
+    return files
 
 
 def _kind(path):
@@ -28,41 +74,21 @@ def _kind(path):
         return "parquet"
     if head.startswith(b"ARROW1") or head.startswith(b"\xff\xff\xff\xff"):
         return "arrow"
+    if head.lstrip().startswith(b"["):
+        raise UserError(f"{path}: is a JSON array, not JSON Lines (one object a line); convert it, "
+                        "e.g. jq -c '.[]'")
     return "jsonl"
 
 
-def _saved_dataset_files(d):
-    """The .arrow files of a datasets.save_to_disk directory, in order."""
-    if os.path.isfile(os.path.join(d, "dataset_dict.json")):
-        splits = sorted(e for e in os.listdir(d) if os.path.isdir(os.path.join(d, e)))
-        example = "train" if "train" in splits or not splits else splits[0]
-        raise UserError(f"{d}: is a DatasetDict (splits {', '.join(splits) or 'none'}); give one "
-                        f"split's directory, e.g. --input {os.path.join(d, example)}")
-    state = os.path.join(d, "state.json")
-    if os.path.isfile(state):
-        try:
-            with open(state, encoding="utf-8") as f:
-                names = [e["filename"] for e in json.load(f)["_data_files"]]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{state}: not a datasets state.json ({one_line(e)})")
-        files = [os.path.join(d, n) for n in names]
-        for p in files:
-            if not os.path.isfile(p):
-                raise UserError(f"{p}: not found (listed in {state})")
-        return files
-    files = sorted(glob.glob(os.path.join(d, "*.arrow"))) or sorted(glob.glob(os.path.join(d, "*.parquet")))
-    if not files:
-        raise UserError(f"{d}: is a directory without state.json, .arrow or .parquet files "
-                        "(expected a datasets.save_to_disk directory)")
-    return files
-
-
-def expand(inputs):
-    """--input values → [(path, kind)] in order: globs sorted, directories as saved datasets."""
+def expand(inputs, split=None, config=None, notes=None):
+    """--input values → [(path, kind)] in order: globs sorted, directories as saved datasets or Hub
+    dataset repositories (split: --split, default train; config: --config). notes, a list, gets a
+    line per directory saying which files were taken."""
     out = []
+    notes = [] if notes is None else notes
     for spec in inputs:
         if os.path.isdir(spec):
-            paths = _saved_dataset_files(spec)
+            paths = _directory_files(spec, split, config, notes)
         elif os.path.exists(spec):
             paths = [spec]
         elif glob.has_magic(spec):
@@ -120,19 +146,19 @@ def batches(sources, columns, size):
 
 
 def _jsonl_batches(path, size, before, nbytes, total):
-    names, items, at = [], [], 0
+    numbers, items, at = [], [], 0
     with open(path, "rb") as f:
         for line_no, raw in enumerate(f, 1):
             at += len(raw)
             if not raw.strip(b" \t\r\n"):
                 continue
-            names.append(f"{path}:{line_no}")
+            numbers.append(line_no)
             items.append(raw)
             if len(items) == size:
-                yield Batch(names, items, True, (before + at) / total)
-                names, items = [], []
+                yield Batch(path, numbers, items, True, (before + at) / total)
+                numbers, items = [], []
     if items:
-        yield Batch(names, items, True, (before + nbytes) / total)
+        yield Batch(path, numbers, items, True, (before + nbytes) / total)
 
 
 def _columnar_batches(path, kind, columns, size, before, nbytes, total):
@@ -145,8 +171,8 @@ def _columnar_batches(path, kind, columns, size, before, nbytes, total):
             rb = rb.select(keep)
             for start in range(0, rb.num_rows, size):
                 part = rb.slice(start, size).to_pylist()
-                names = [f"{path}: row {row + k + 1}" for k in range(len(part))]
+                numbers = list(range(row + 1, row + len(part) + 1))
                 row += len(part)
-                yield Batch(names, part, False, (before + nbytes * row / max(rows, 1)) / total)
+                yield Batch(path, numbers, part, False, (before + nbytes * row / max(rows, 1)) / total)
     except pa.ArrowException as e:
         raise UserError(f"{path}: cannot be read as {kind} after row {row}: {one_line(e)}")

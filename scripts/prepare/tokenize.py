@@ -123,13 +123,13 @@ def tokenize(vocab, parsed):
     return examples, straddling
 
 
-def tokenize_batch(vocab, batch, fmt, fields):
+def tokenize_batch(vocab, batch, fmt, fields, roles=None):
     """One batch from prepare.sources → (ids int32, weights float32, offsets int64, straddling):
     example k is ids[offsets[k]:offsets[k+1]]. Runs in a worker; raises UserError "<where>: ..."."""
     parsed = []
     for where, item in batch.rows():
         try:
-            parsed.append((where, parse_record(decode(item) if batch.raw else item, fmt, fields)))
+            parsed.append((where, parse_record(decode(item) if batch.raw else item, fmt, fields, roles)))
         except UserError as e:
             raise UserError(f"{where}: {e}")
     examples, straddling = tokenize(vocab, parsed)
@@ -143,12 +143,13 @@ def tokenize_batch(vocab, batch, fmt, fields):
     return ids, weights, offsets, straddling
 
 
-# What work() tokenizes with, set before the workers fork (prepare.parallel): vocab, format, fields.
+# What work() tokenizes with, set before the workers fork (prepare.parallel): vocab, format, fields,
+# roles.
 WORK = {}
 
 
 def work(batch):
-    return tokenize_batch(WORK["vocab"], batch, WORK["format"], WORK["fields"])
+    return tokenize_batch(WORK["vocab"], batch, WORK["format"], WORK["fields"], WORK.get("roles"))
 
 
 def decode(raw):

@@ -1,10 +1,12 @@
 """The Hugging Face tokenizer side of scripts/sft_prepare_hf.py: loading a tokenizer (directory,
 bare tokenizer.json, GPT-2 BPE files), the model presets' checks, rendering chat templates, and the
 tokenizer's identity for the data file (SPEC §4 tokenizer_hash: FNV-1a 64 of its defining files)."""
+import json
 import os
 import sys
 import warnings
 
+from prepare import template
 from prepare.errors import UserError, one_line
 
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
@@ -32,6 +34,21 @@ def _gpt2_files(d):
     return None
 
 
+def gpt2_from_files(transformers, vocab, merges):
+    """GPT-2's byte-level BPE from its vocabulary and merges files, built with the tokenizers
+    library as transformers' GPT-2 converter builds it (no prefix space, ByteLevel decoding and
+    offsets), <|endoftext|> its bos/eos/unk: the same ids on every transformers release."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    tok = Tokenizer(models.BPE.from_file(vocab, merges, dropout=None, continuing_subword_prefix="",
+                                         end_of_word_suffix="", fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    end = "<|endoftext|>"
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end,
+                                                unk_token=end)
+
+
 def load_tokenizer(path):
     """A transformers fast tokenizer from a directory, a tokenizer.json, or GPT-2's BPE files."""
     if not os.path.exists(path):
@@ -48,7 +65,7 @@ def load_tokenizer(path):
             try:  # a bare tokenizer.json: no chat template, no special-token roles
                 return transformers.PreTrainedTokenizerFast(tokenizer_file=path)
             except Exception as e:
-                raise UserError(f"--tokenizer: {path}: cannot load: {one_line(e)}")
+                raise UserError(f"--tokenizer: {path}: cannot load: {one_line(e)}{_newer_format(path)}")
     has_json = os.path.isfile(os.path.join(d, "tokenizer.json"))
     has_config = os.path.isfile(os.path.join(d, "tokenizer_config.json"))
     gpt2 = _gpt2_files(d)
@@ -64,8 +81,7 @@ def load_tokenizer(path):
         attempts.append(lambda: transformers.PreTrainedTokenizerFast.from_pretrained(
             d, local_files_only=True))
     if gpt2:
-        attempts.append(lambda: transformers.GPT2TokenizerFast(vocab_file=gpt2[0],
-                                                               merges_file=gpt2[1]))
+        attempts.append(lambda: gpt2_from_files(transformers, *gpt2))
     for attempt in attempts:
         try:
             tok = attempt()
@@ -73,9 +89,44 @@ def load_tokenizer(path):
             errors.append(one_line(e))
             continue
         if getattr(tok, "is_fast", False):
-            return tok
+            return _with_template_file(tok, d)
         errors.append(f"{type(tok).__name__} is not a fast (tokenizers) tokenizer")
-    raise UserError(f"--tokenizer: {path}: cannot load: {errors[-1] if errors else '?'}")
+    hint = _newer_format(os.path.join(d, "tokenizer.json")) if has_json else ""
+    raise UserError(f"--tokenizer: {path}: cannot load: {errors[-1] if errors else '?'}{hint}")
+
+
+def _with_template_file(tok, d):
+    """tok with the chat template of d/chat_template.jinja (or chat_template.json) when it has
+    none: transformers >= 4.50 saves the template there, where 4.44 does not look."""
+    if tok.chat_template:
+        return tok
+    jinja, js = os.path.join(d, "chat_template.jinja"), os.path.join(d, "chat_template.json")
+    try:
+        if os.path.isfile(jinja):
+            with open(jinja, encoding="utf-8") as f:
+                tok.chat_template = f.read()
+        elif os.path.isfile(js):
+            with open(js, encoding="utf-8") as f:
+                tok.chat_template = json.load(f)["chat_template"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"--tokenizer: {d}: cannot read its chat template file: {one_line(e)}")
+    return tok
+
+
+def _newer_format(tok_json):
+    """A hint for a tokenizer.json that the installed tokenizers cannot read because a newer one
+    wrote it (tokenizers 0.20 writes BPE merges as pairs, which 0.19 cannot parse), else ""."""
+    import tokenizers
+    try:
+        with open(tok_json, encoding="utf-8") as f:
+            merges = json.load(f).get("model", {}).get("merges") or []
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if merges and isinstance(merges[0], list) and tuple(map(int, tokenizers.__version__.split(".")[:2])) < (0, 20):
+        return (f" (its BPE merges are pairs, as tokenizers >= 0.20 writes them; the installed "
+                f"tokenizers {tokenizers.__version__} cannot read them: run this script with the newest "
+                "libraries, bash scripts/setup_pynew.sh makes them in .pynew)")
+    return ""
 
 
 def preset_named(name):
@@ -132,23 +183,65 @@ class Vocab:
         self.template = tok.chat_template if isinstance(tok.chat_template, str) else None
         if isinstance(tok.chat_template, dict):  # named templates: the default one
             self.template = tok.chat_template.get("default")
-        self.template_source = "tokenizer_config.json" if self.template else (
+        self.template_source = "tokenizer_config.json / chat_template.jinja" if self.template else (
             f"preset {preset} ({p.source})" if p else "ChatML default")
         if not self.template:
             self.template = p.template if p else CHATML
         self._compiled = None  # compiled on first use (in each worker)
+        self._special = dict(tok.special_tokens_map)
+        self.public = False  # True: render through apply_chat_template itself (see check_renderer)
 
     def encode_batch(self, texts, special):
         return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=special)]
 
+    def _apply(self, messages, generation_prompt):
+        """transformers' public apply_chat_template(tokenize=False) with this template."""
+        return self.tok.apply_chat_template(messages, chat_template=self.template, tokenize=False,
+                                            add_generation_prompt=generation_prompt)
+
+    def _defines(self, name):
+        """Whether the installed transformers gives chat templates the global `name` (asked through
+        apply_chat_template, its public API)."""
+        try:
+            probe = self.tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                                 chat_template="{{ %s is defined }}" % name)
+        except Exception:
+            return False
+        return str(probe).strip() == "True"
+
+    def check_renderer(self):
+        """Renders a plain conversation with prepare.template and with apply_chat_template; where
+        they differ (a transformers release that renders differently), every chat is rendered
+        through apply_chat_template instead: slower, never different. Returns self."""
+        conv = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Bye now."}]
+        for messages, gen in ((conv, False), (conv[:3], True)):
+            try:
+                theirs = self._apply(messages, gen)
+                ours = self.render(messages, gen)
+            except Exception:
+                return self  # the template refuses this conversation: nothing to compare
+            if ours != theirs:
+                self.public = True
+                return self
+        return self
+
     def render(self, messages, generation_prompt):
-        """The text apply_chat_template(messages, tokenize=False) gives: the same compiled template
-        rendered with the same arguments (transformers 4.44), without its per-call overhead."""
+        """The text apply_chat_template(messages, tokenize=False) gives: the template rendered by
+        prepare.template in jinja2's sandbox, as transformers renders it, without its per-call
+        overhead (or by apply_chat_template itself where check_renderer found a difference)."""
+        if self.public:
+            import jinja2.exceptions as jx
+            try:
+                return self._apply(messages, generation_prompt)
+            except jx.TemplateError as e:
+                raise UserError(template.explain(e, self.template_source))
+            except Exception as e:
+                raise UserError(f"chat template ({self.template_source}): {one_line(e)}")
         if self._compiled is None:
-            self._compiled = self.tok._compile_jinja_template(self.template)
-            self._special = dict(self.tok.special_tokens_map)
-        return self._compiled.render(messages=messages, tools=None, documents=None,
-                                     add_generation_prompt=generation_prompt, **self._special)
+            self._compiled = template.ChatTemplate(self.template, self.template_source,
+                                                   self._defines("strftime_now"))
+        return self._compiled.render(messages, generation_prompt, self._special)
 
     def describe(self, path):
         name = lambda i: "none" if i is None else f"{self.tok.convert_ids_to_tokens(i)} ({i})"

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import harness
+from hf_tok import gpt2_fast
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -149,13 +150,13 @@ def test_column_mapping(workdir, chat):
     prep(["--input", f"{workdir}/qa.parquet", "--format", "text", "--text-field", "body",
           "--output", f"{workdir}/body.h5", "--max-length", "16"])
     c = columns(f"{workdir}/body.h5")
-    tok = transformers.GPT2TokenizerFast(vocab_file=f"{GPT2_DIR}/encoder.json", merges_file=f"{GPT2_DIR}/vocab.bpe")
+    tok = gpt2_fast(transformers, GPT2_DIR)
     ids = tok("doc 3")["input_ids"] + [EOS]
     assert list(c["inputs"][3, :len(ids) - 1]) == ids[:-1] and list(c["targets"][3, :len(ids) - 1]) == ids[1:]
 
 
 def test_text_and_conversational_prompt_completion(workdir):
-    tok = transformers.GPT2TokenizerFast(vocab_file=f"{GPT2_DIR}/encoder.json", merges_file=f"{GPT2_DIR}/vocab.bpe")
+    tok = gpt2_fast(transformers, GPT2_DIR)
     texts = ["The quick brown fox.", "Jumps over the lazy dog, twice."]
     pq.write_table(pa.Table.from_pylist([{"text": t} for t in texts]), f"{workdir}/text.parquet")
     prep(["--input", f"{workdir}/text.parquet", "--output", f"{workdir}/text.h5", "--max-length", "16"])

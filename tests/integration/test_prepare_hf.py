@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import harness
+from hf_tok import chat_ids, gpt2_fast
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -116,7 +117,7 @@ def test_ids_equal_tokenizers_on_10k_strings(workdir, note):
     p = prep(["--tokenizer", GPT2_DIR, "--input", jsonl, "--output", out, "--max-length", "1024",
               "--pack"])
     assert f"{len(strings)} examples" in p.stdout and "(packed)" in p.stdout, p.stdout
-    assert "dropped (longer than 1025 tokens): 0" in p.stdout, p.stdout
+    assert "truncated: 0" in p.stdout and "dropped: 0" in p.stdout, p.stdout
     cols, vocab = read_rows(out)
     assert vocab == 50257
     assert set(cols) == {"inputs", "targets", "loss_weights", "segment_ids", "positions"}
@@ -172,8 +173,7 @@ def tokenizer_dirs(workdir):
     """Two directories saved by transformers from the GPT-2 files: one with a chat_template of its
     own, one without (→ the ChatML default)."""
     own, plain = os.path.join(workdir, "tok_own"), os.path.join(workdir, "tok_plain")
-    tok = transformers.GPT2TokenizerFast(vocab_file=os.path.join(GPT2_DIR, "encoder.json"),
-                                         merges_file=os.path.join(GPT2_DIR, "vocab.bpe"))
+    tok = gpt2_fast(transformers, GPT2_DIR)
     tok.save_pretrained(plain)
     tok.chat_template = OWN_TEMPLATE
     tok.save_pretrained(own)
@@ -209,7 +209,7 @@ def test_chat_rows_equal_apply_chat_template(workdir, tokenizer_dirs, kind):
     template = CHATML if kind == "plain" else None
     end = (tok.eos_token if kind == "own" else "<|im_end|>") + "\n"
     for r, conv in enumerate(convs):
-        expected = tok.apply_chat_template(conv, chat_template=template, tokenize=True)
+        expected = chat_ids(tok, conv, chat_template=template)
         n = len(expected)
         assert example_tokens(cols, r, n) == expected, f"row {r}"
         # The weighted targets, as runs of consecutive positions, decode to the assistant turns.
@@ -230,17 +230,24 @@ def test_chat_rows_equal_apply_chat_template(workdir, tokenizer_dirs, kind):
 
 def test_pack_truncate_and_bare_tokenizer_json(workdir, tokenizer_dirs):
     # " a" " b" ... are one GPT-2 token each: an example "P" "C" is P C <|endoftext|> (3 tokens).
+    # Truncation keeps the prompt and cuts the completion (TRL); a prompt that fills T+1 tokens
+    # alone leaves nothing to train on: that row is dropped and named in the report.
     jsonl = write_jsonl(os.path.join(workdir, "pack.jsonl"), [
         {"prompt": " a", "completion": " b"}, {"prompt": " c", "completion": " d"},
-        {"prompt": " 0 1 2 3 4 5 6 7 8 9", "completion": " x y z"}])
+        {"prompt": " 0 1 2 3 4 5 6 7 8 9", "completion": " x y z"},
+        {"prompt": " p q", "completion": " 0 1 2 3 4 5 6 7 8 9"}])
     bare = os.path.join(workdir, "bare")  # a tokenizer.json alone: no config names its EOS
     os.makedirs(bare, exist_ok=True)
     shutil.copy(os.path.join(tokenizer_dirs["plain"], "tokenizer.json"), bare)
     out = os.path.join(workdir, "pack.h5")
     p = prep(["--tokenizer", os.path.join(bare, "tokenizer.json"), "--input", jsonl, "--output",
               out, "--max-length", "8", "--pack", "--overflow", "truncate"])
-    assert "3 examples, 2 rows of T=8 (packed)" in p.stdout and "truncated: 1" in p.stdout, p.stdout
+    assert "4 examples, 2 rows of T=8 (packed)" in p.stdout, p.stdout
+    assert "truncated: 1" in p.stdout and "dropped: 1" in p.stdout, p.stdout
     assert "eos <|endoftext|> (50256)" in p.stdout, p.stdout
+    with open(out + ".dropped.jsonl") as f:
+        dropped = [json.loads(line) for line in f]
+    assert [(x["file"], x["line"], x["tokens"], x["prompt_tokens"]) for x in dropped] == [(jsonl, 3, 14, 10)]
     cols, _ = read_rows(out)
     ref = gpt2_reference()
     ids = lambda text: ref.encode(text).ids
@@ -250,9 +257,9 @@ def test_pack_truncate_and_bare_tokenizer_json(workdir, tokenizer_dirs):
     assert list(cols["loss_weights"][0]) == [1, 1, 1, 1, 0, 0, 0, 0]
     assert list(cols["segment_ids"][0]) == [1, 1, 2, 2, 0, 0, 0, 0]
     assert list(cols["positions"][0]) == [0, 1, 0, 1, 0, 0, 0, 0]
-    long = ids(" 0 1 2 3 4 5 6 7 8 9")[:9]  # cut to T+1 = 9 tokens: all prompt, weight 0
-    assert list(cols["inputs"][1]) == long[:8] and list(cols["targets"][1]) == long[1:]
-    assert not cols["loss_weights"][1].any() and list(cols["segment_ids"][1]) == [1] * 8
+    cut = (ids(" p q") + ids(" 0 1 2 3 4 5 6 7 8 9"))[:9]  # T+1 = 9 tokens: the prompt, 7 of the completion
+    assert list(cols["inputs"][1]) == cut[:8] and list(cols["targets"][1]) == cut[1:]
+    assert list(cols["loss_weights"][1]) == [0] + [1] * 7 and list(cols["segment_ids"][1]) == [1] * 8
 
 
 def test_output_trains(workdir, tokenizer_dirs):

@@ -138,10 +138,12 @@ def loss_runs(fast, inputs, targets, weights, n):
 
 
 def llama_date():
-    """The date the Llama 3.2 template writes: strftime_now's where transformers defines it."""
-    env = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=byte_tokenizer([]))._compile_jinja_template("").environment
-    if "strftime_now" in env.globals:
+    """The date the Llama 3.2 template writes: strftime_now's where transformers defines it (asked
+    through its public apply_chat_template: 4.45 and later)."""
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=byte_tokenizer([]))
+    probe = fast.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                     chat_template="{{ strftime_now is defined }}")
+    if probe == "True":
         import time
         return time.strftime("%d %b %Y")
     return "26 Jul 2024"
