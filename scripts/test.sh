@@ -6,7 +6,10 @@
 # That sanitized build is also the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim): its suite
 # runs every GPU test on simulated GPUs, none skipped; the first (nvcc) build compiles the CUDA
 # sources for real and its GPU tests skip without a device. Extra arguments go to both ctest runs
-# (e.g. -L gpu). Fresh clone on a 2-core machine with the packages already installed (2026-12-04,
+# (e.g. -L gpu). Fresh clone on a quiet 2-core machine, 2026-12-06 (act16 kernels, graphs; before
+# issue 35's tests): about 38 min in all, normal suite 565 s (721 tests), sanitized suite 975 s (833);
+# the same on a machine shared with two other builds: 58 min (738 s, 1233 s).
+# Fresh clone on a 2-core machine with the packages already installed (2026-12-04,
 # with zero_stage 2/3's tests): 25 min 2 s in all, normal suite 468 s (601 tests), sanitized suite
 # 517 s (650 tests), fuzzing included. Fresh clone on a quiet 2-core machine (2026-12-03, after the simulator stopped
 # allocating per warp operation; with the chaos soak and the tensor-core attention's tests): 37 min
