@@ -25,8 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// transformers >= 4.50 saves a tokenizer's chat template as chat_template.jinja (processors as
+// chat_template.json) beside tokenizer_config.json instead of inside it: without it an export
+// loaded by the newest transformers has no chat template.
 constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "vocab.json",
-                                           "merges.txt", "special_tokens_map.json", "added_tokens.json"};
+                                           "merges.txt", "special_tokens_map.json", "added_tokens.json",
+                                           "chat_template.jinja", "chat_template.json"};
 
 void write_json(const fs::path& path, const json& j) {
   std::ofstream out(path);

