@@ -63,7 +63,8 @@ usage: sft_prepare_hf.py --tokenizer TOK --input X --output Y.h5 --max-length T
                       likewise --prompt-field F, --completion-field F, --text-field F
   --roles A=R,...     role names: A becomes R (system, user, assistant or tool), e.g.
                       --roles bot=assistant,observation=tool
-  --split NAME        of a DatasetDict or Hub dataset directory: the split (default train)
+  --split NAME        of a DatasetDict or Hub dataset directory: the split (default train;
+                      an error when no --input is a directory)
   --config NAME       of a Hub dataset directory whose README.md lists several configs
   --workers N         tokenizing processes (default 1); the output is the same for every N
   --batch-rows N      rows per batch (default 1024): memory is bounded by a few batches per worker

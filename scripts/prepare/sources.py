@@ -86,6 +86,10 @@ def expand(inputs, split=None, config=None, notes=None):
     line per directory saying which files were taken."""
     out = []
     notes = [] if notes is None else notes
+    if (split is not None or config is not None) and not any(os.path.isdir(spec) for spec in inputs):
+        flag = "--split" if split is not None else "--config"
+        raise UserError(f"{flag}: chooses among a dataset directory's splits and configs, and no --input is a "
+                        f"directory ({', '.join(inputs)}); pass the directory, or the split's files without {flag}")
     for spec in inputs:
         if os.path.isdir(spec):
             paths = _directory_files(spec, split, config, notes)

@@ -141,6 +141,9 @@ def test_readme_configs_name_the_data_files(workdir, ref):
     os.makedirs(empty)
     one_error_line(prep(["--input", empty, "--output", f"{workdir}/x.h5", "--max-length", "64"], check=False),
                    "without data files", "train-*.parquet")
+    # --split with files only would be ignored: said instead
+    one_error_line(prep(["--input", f"{d}/chats/held_out.jsonl", "--split", "test", "--output", f"{workdir}/x.h5",
+                         "--max-length", "64"], check=False), "--split:", "no --input is a directory", "held_out.jsonl")
     assert not os.path.exists(f"{workdir}/x.h5")
 
 
