@@ -6,7 +6,10 @@
 // Writes are atomic: a temporary name in the same directory, then rename(2).
 // Reading validates names, shapes and types and throws UserError naming the file and tensor.
 #pragma once
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,5 +71,61 @@ int remove_unfinished_writes(const std::string& dir);
 std::optional<std::string> load_newest(const std::string& dir, const model::ParamLayout& layout,
                                        std::vector<float>& params, std::vector<float>& m,
                                        std::vector<float>& v, TrainState& state);
+
+// ---- Sharded checkpoints (issue 36, SPEC §5): a directory step_<S>/ of shard_<r>.h5 files, one
+// per writing rank, and index.h5, written last. Group 0 is the parameters, 1 AdamW's m, 2 its v.
+inline constexpr int kGroups = 3;
+struct Run {
+  size_t begin = 0, count = 0;  // floats [begin, begin + count) of the flat trainable layout
+  bool operator==(const Run&) const = default;
+};
+using Runs = std::array<std::vector<Run>, kGroups>;  // per group: disjoint, ascending
+// What one rank writes: its runs of each group and their floats, concatenated in run order.
+struct HostShard {
+  Runs runs;
+  std::array<std::vector<float>, kGroups> data;
+};
+
+// <dir>/step_<S> (a directory checkpoint) and whether `path` is one (a directory holding index.h5).
+std::string step_dir(const std::string& dir, int64_t step);
+bool is_sharded(const std::string& path);
+// Rank 0, before any rank writes step S: an empty step_<S>/ (a stale one of the same S, committed
+// or not, is removed: its index first, so that it stops being a checkpoint before anything else goes).
+void prepare_step_dir(const std::string& dir, int64_t step);
+// Every rank: its shard_<rank>.h5 in step_<S>/ (temporary name, fsync, rename). Dies (exit 1) on a
+// failed write, with the message of save(); the directory then has no index and is no checkpoint.
+void write_shard(const std::string& dir, int64_t step, int rank, int world,
+                 const model::ParamLayout& layout, const HostShard& shard);
+// Rank 0, once every rank's write_shard succeeded: index.h5 naming every rank's pieces (runs_of[r]:
+// rank r's runs), written last (temporary name, fsync, rename, directory fsync). Returns step_<S>.
+std::string commit_index(const std::string& dir, const model::ParamLayout& layout,
+                         const TrainState& state, int zero_stage, const std::vector<Runs>& runs_of);
+
+// Reads a checkpoint of either format (a step_<S>.h5 file or a step_<S>/ directory) range by
+// range: the constructor reads and checks the metadata (names, shapes, types, attributes; for a
+// directory that the index's pieces tile every tensor), read() only the floats asked for, each
+// piece an HDF5 hyperslab of the file that holds it. Every problem is a UserError naming the file
+// (the shard file, for a missing or damaged one) and the tensor; read() refuses non-finite values
+// and a negative second moment, as load() does.
+class Reader {
+ public:
+  Reader(const std::string& path, const model::ParamLayout& layout);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  const TrainState& state() const;
+  // [out] n floats: floats [begin, begin + n) of group g's flat buffer (layout order).
+  void read(int group, size_t begin, size_t n, float* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The checkpoints of dir, newest first: files step_<S>.h5 and directories step_<S>/ with index.h5
+// (a step with both: the directory first).
+std::vector<std::string> checkpoints_newest_first(const std::string& dir);
+// Moves a refused checkpoint (file or directory) aside to <path>.corrupt[.<k>]; returns the new name.
+std::string move_aside(const std::string& path);
 
 }  // namespace sftdp::checkpoint
