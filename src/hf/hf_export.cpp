@@ -82,7 +82,9 @@ json generation_config(const config::ModelDims& d, const std::vector<std::string
 
 // The root attribute `config` (resolved YAML) of a checkpoint .h5.
 // A root string attribute of an .h5 file; "" when absent and not required.
-std::string root_string_attr(const std::string& path, const char* name, bool required) {
+std::string root_string_attr(const std::string& given, const char* name, bool required) {
+  // A sharded checkpoint (issue 36) keeps its root attributes in its index.
+  const std::string path = checkpoint::is_sharded(given) ? given + "/index.h5" : given;
   h5::QuietErrors quiet;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw UserError(path + ": not found");

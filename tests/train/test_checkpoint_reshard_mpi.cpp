@@ -25,11 +25,11 @@ namespace {
 
 constexpr int kB = 2, kT = 8;
 
-struct Run {
+struct Trainee {
   std::unique_ptr<model::Model> m;
   std::unique_ptr<optim::AdamW> opt;
   int stage;
-  Run(comm::Communicator* c, const config::ModelDims& d, int zero_stage) : stage(zero_stage) {
+  Trainee(comm::Communicator* c, const config::ModelDims& d, int zero_stage) : stage(zero_stage) {
     m = model::make_model(d, cpu_ops(), kB, kT, false, false, {}, stage >= 2 ? stage : 0);
     opt = c ? std::make_unique<optim::AdamW>(*m, *c, stage) : std::make_unique<optim::AdamW>(*m);
   }
@@ -43,7 +43,7 @@ struct Run {
 struct Global {
   std::vector<float> p, m, v;
 };
-Global gather(Run& run) {
+Global gather(Trainee& run) {
   Global g;
   g.p = run.m->trainable_to_host();  // a collective where sharded
   run.opt->moments_to_host(g.m, g.v);
@@ -51,7 +51,7 @@ Global gather(Run& run) {
 }
 
 // Writes the sharded checkpoint of step 5 of this world's ranks into dir.
-void save_sharded(comm::Communicator& c, Run& run, const std::string& dir) {
+void save_sharded(comm::Communicator& c, Trainee& run, const std::string& dir) {
   checkpoint::TrainState st;
   st.step = 5, st.optimizer_updates = 5, st.config_yaml = "x: 1\n";
   if (c.rank() == 0) checkpoint::prepare_step_dir(dir, st.step);
@@ -81,14 +81,14 @@ TEST(CheckpointReshard, EveryStagePairOnThisWorldIsBitwise) {
     buf.resize(4096, '\0');
     c->broadcast_host(buf.data(), buf.size(), 0);
     dir = buf.data();
-    Run w(c.get(), d, s1);
+    Trainee w(c.get(), d, s1);
     const size_t n = w.m->trainable_layout().total;
     const auto p = test::uniform(n, 80 + s1), m = test::uniform(n, 90 + s1), v = test::uniform(n, 100 + s1, 0.f, 1.f);
     w.set(p, m, v);
     save_sharded(*c, w, dir);
     const std::string path = checkpoint::step_dir(dir, 5);
     for (int s2 : {0, 1, 2, 3}) {
-      Run r(c.get(), d, s2);
+      Trainee r(c.get(), d, s2);
       checkpoint::Reader reader(path, r.m->trainable_layout());
       train::read_into(reader, *r.m, *r.opt, s2, c->rank(), c->world());
       const Global g = gather(r);
@@ -116,7 +116,7 @@ TEST(CheckpointReshard, WorldOneToThisWorldAndBack) {
   checkpoint::TrainState st;
   st.step = 5, st.optimizer_updates = 5, st.config_yaml = "x: 1\n";
   if (c->rank() == 0) {  // world 1: rank 0 alone, the optimiser without a communicator
-    Run one(nullptr, d, 0);
+    Trainee one(nullptr, d, 0);
     one.set(p, m, v);
     checkpoint::prepare_step_dir(dir + "/one", st.step);
     const auto shard = train::snapshot(*one.m, *one.opt, 0, 0, 1);
@@ -126,7 +126,7 @@ TEST(CheckpointReshard, WorldOneToThisWorldAndBack) {
   }
   c->barrier();
   for (int s2 : {0, 1, 2, 3}) {
-    Run r(c.get(), d, s2);
+    Trainee r(c.get(), d, s2);
     checkpoint::Reader reader(checkpoint::step_dir(dir + "/one", 5), r.m->trainable_layout());
     train::read_into(reader, *r.m, *r.opt, s2, c->rank(), c->world());
     const Global g = gather(r);
@@ -137,11 +137,11 @@ TEST(CheckpointReshard, WorldOneToThisWorldAndBack) {
     }
   }
   for (int s1 : {0, 1, 2, 3}) {  // this world -> rank 0 alone
-    Run w(c.get(), d, s1);
+    Trainee w(c.get(), d, s1);
     w.set(p, m, v);
     save_sharded(*c, w, dir + "/many" + std::to_string(s1));
     if (c->rank() == 0) {
-      Run one(nullptr, d, 0);
+      Trainee one(nullptr, d, 0);
       checkpoint::Reader reader(checkpoint::step_dir(dir + "/many" + std::to_string(s1), 5), one.m->trainable_layout());
       train::read_into(reader, *one.m, *one.opt, 0, 0, 1);
       const Global g = gather(one);
