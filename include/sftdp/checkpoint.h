@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -92,8 +93,22 @@ bool is_sharded(const std::string& path);
 // Rank 0, before any rank writes step S: an empty step_<S>/ (a stale one of the same S, committed
 // or not, is removed: its index first, so that it stops being a checkpoint before anything else goes).
 void prepare_step_dir(const std::string& dir, int64_t step);
-// Every rank: its shard_<rank>.h5 in step_<S>/ (temporary name, fsync, rename). Dies (exit 1) on a
-// failed write, with the message of save(); the directory then has no index and is no checkpoint.
+// A shard file that could not be written (disk full, permissions): what() is save()'s message
+// ("cannot write checkpoint <path>: <OS reason> (errno N) ...; temporary file removed, ..."), the
+// temporary file already gone. Only write_shard throws it, so that the ranks agree on a failure
+// before the job ends (exit 1) rather than one rank aborting the others mid-write.
+class WriteError : public std::runtime_error {
+ public:
+  WriteError(const char* lib_, const char* call_, const std::string& msg, const char* file_, int line_)
+      : std::runtime_error(msg), lib(lib_), call(call_), file(file_), line(line_) {}
+  const char* lib;   // "HDF5", "POSIX"
+  const char* call;  // the failed call's text
+  const char* file;  // where it failed, for die_internal
+  int line;
+};
+
+// Every rank: its shard_<rank>.h5 in step_<S>/ (temporary name, fsync, rename). Throws WriteError on a
+// failed write (the directory then has no index and is no checkpoint); the caller agrees and ends the job.
 void write_shard(const std::string& dir, int64_t step, int rank, int world,
                  const model::ParamLayout& layout, const HostShard& shard);
 // Rank 0, once every rank's write_shard succeeded: index.h5 naming every rank's pieces (runs_of[r]:

@@ -2,7 +2,8 @@
 // name in its target directory and committed by fsync + rename + directory fsync (AtomicH5Writer),
 // and the root-attribute writers. Used by the single-file writer (checkpoint_write.cpp) and the
 // sharded one (sharded_write.cpp: each rank's shard file and the index). Any failure removes the
-// temporary file and dies (exit 1) with "cannot write checkpoint <path>: <OS reason>".
+// temporary file and dies (exit 1) with "cannot write checkpoint <path>: <OS reason>", or, for a
+// writer made with OnFailure::kThrow (a rank's shard: the ranks agree first), throws WriteError.
 #pragma once
 #include <fcntl.h>
 #include <hdf5.h>
@@ -18,6 +19,7 @@
 #include "h5/h5.h"
 #include "sftdp/check.h"
 #include "sftdp/check_h5.h"
+#include "sftdp/checkpoint.h"
 #include "checkpoint/format.h"
 
 namespace sftdp::checkpoint::detail {
@@ -26,9 +28,12 @@ namespace fs = std::filesystem;
 
 // One HDF5 file written at a temporary name and committed by rename. Every HDF5 call goes through
 // ok() (see H5_OK), which removes the temporary file before dying, so nothing partial remains.
+enum class OnFailure { kDie, kThrow };
+
 class AtomicH5Writer {
  public:
-  explicit AtomicH5Writer(const std::string& final_path) : final_path_(final_path) {
+  explicit AtomicH5Writer(const std::string& final_path, OnFailure on_failure = OnFailure::kDie)
+      : final_path_(final_path), throw_(on_failure == OnFailure::kThrow) {
     const fs::path final_fs(final_path);
     dir_ = final_fs.has_parent_path() ? final_fs.parent_path().string() : std::string(".");
     std::error_code ec;
@@ -105,6 +110,10 @@ class AtomicH5Writer {
       std::remove(temp_path_.c_str());
       full += "; temporary file removed, earlier checkpoints untouched";
     }
+    if (throw_) {
+      file_.reset();  // closed before anyone looks at the directory
+      throw WriteError(lib, call, full, __FILE__, line);
+    }
     die_internal(lib, call, full, __FILE__, line);
   }
 
@@ -112,6 +121,7 @@ class AtomicH5Writer {
   h5::QuietErrors quiet_;  // before file_: failures are reported once, by fail()
   h5::Handle file_;
   bool committed_ = false;
+  bool throw_ = false;
 };
 
 #define H5_OK(writer, expr) (writer).ok((expr), #expr, __LINE__)

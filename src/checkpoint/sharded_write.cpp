@@ -79,7 +79,7 @@ void write_shard(const std::string& dir, int64_t step, int rank, int world, cons
   detail::check_layout(layout, layout.total);
   SFTDP_ASSERT(rank >= 0 && rank < world, "write_shard: rank outside the world");
   const std::string path = (fs::path(step_dir(dir, step)) / detail::shard_name(rank)).string();
-  AtomicH5Writer w(path);
+  AtomicH5Writer w(path, detail::OnFailure::kThrow);
   for (int g = 0; g < kGroups; ++g) {
     const auto pieces = detail::pieces_of(layout, shard.runs[g]);
     size_t floats = 0;

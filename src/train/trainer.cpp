@@ -6,8 +6,8 @@
 // all-gathered (optim::AdamW); ZeRO-2/3 reduce-scatter during every micro-step's backward and, at
 // stage 3, gather parameters unit by unit (optim::ZeroUnits). allreduce_overlap (zero_stage 0) splits
 // the allreduce into per-bucket ones started during the last micro-step's backward. Rank 0 writes
-// metrics and checkpoints. Everything that can be wrong with the input is checked before anything
-// is written (check_inputs).
+// metrics; every rank writes its own shard of each checkpoint. Everything that can be wrong with the
+// input is checked before anything is written (check_inputs).
 #include <omp.h>
 
 #include <algorithm>

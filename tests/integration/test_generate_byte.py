@@ -39,7 +39,7 @@ def ckpt(workdir):
     with open(f"{d}/eval.jsonl", "w") as f:
         for p in PROMPTS:
             f.write(json.dumps({"prompt": p, "completion": "?"}) + "\n")
-    return f"{d}/out/byte/checkpoints/step_3.h5"
+    return f"{d}/out/byte/checkpoints/step_3"
 
 
 def reference_greedy(ckpt, ids, new=64):

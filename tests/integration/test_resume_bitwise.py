@@ -6,6 +6,7 @@ Every check runs for two models: gpt2-tiny, and a Llama-family one (issue 10) on
 segments a row, positions restarting at 0): llama-tiny with Qwen2's q/k/v biases and an untied LM
 head, so lm_head.weight and the biases' AdamW moments go through the checkpoint too."""
 import os
+import shutil
 
 import h5py
 import numpy as np
@@ -55,7 +56,7 @@ def runs(model, cfg):
     # The broken run: same 6-step schedule, but the process "dies" after the step-3 checkpoint.
     run_train(cfg, {"base_output_directory": f"{d}/broken"})
     broken = f"{d}/broken/r"
-    os.remove(f"{broken}/checkpoints/step_6.h5")
+    shutil.rmtree(f"{broken}/checkpoints/step_6")
     with open(f"{broken}/metrics.jsonl") as f:
         lines = f.readlines()
     with open(f"{broken}/metrics.jsonl", "w") as f:  # what a crash at step 5 would leave behind
@@ -67,22 +68,22 @@ def runs(model, cfg):
 def test_straight_run_checkpoints(model, runs):
     straight = runs[0]
     listing = sorted(os.listdir(f"{straight}/checkpoints"))
-    assert listing == ["step_3.h5", "step_6.h5"], f"checkpoints of the straight run: {listing}"
-    params = read_params(f"{straight}/checkpoints/step_6.h5")
+    assert listing == ["step_3", "step_6"], f"checkpoints of the straight run: {listing}"
+    params = read_params(f"{straight}/checkpoints/step_6")
     wrong = {k: want for k, want in SIGNATURE[model[0]].items() if (k in params) != want}
     assert not wrong, f"{model[0]}: tensors present (True) / absent (False) as expected: {wrong}"
 
 
 def test_second_run_resumes_from_step_3(runs):
     stdout = runs[2]
-    assert "resuming from" in stdout and "step_3.h5" in stdout, f"no resume from step 3:\n{stdout}"
+    assert "resuming from" in stdout and "step_3" in stdout, f"no resume from step 3:\n{stdout}"
 
 
 @pytest.mark.parametrize("group", ["params", "opt/m", "opt/v"])
 def test_state_bitwise_equal_after_resume(runs, group):
     straight, broken, _ = runs
-    a = read_params(f"{straight}/checkpoints/step_6.h5", group)
-    b = read_params(f"{broken}/checkpoints/step_6.h5", group)
+    a = read_params(f"{straight}/checkpoints/step_6", group)
+    b = read_params(f"{broken}/checkpoints/step_6", group)
     differ = [k for k in a if not np.array_equal(a[k], b[k])]
     assert not differ, f"{group} not bitwise equal after resume: {differ}"
 

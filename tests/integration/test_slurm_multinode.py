@@ -205,7 +205,7 @@ def test_time_limit_signal_on_two_nodes(env, note):
     step = int(stops[0].split("checkpoint at step ")[1].split()[0])
     cluster.cmd("scontrol", "update", f"JobId={job_id}", "TimeLimit=10")  # no second signal
     cluster.wait_job(job_id, timeout=60, until=lambda f: "resuming from" in job_log(f))
-    assert f"resuming from {env.run_dir('time_limit')}/checkpoints/step_{step}.h5" in job_log(cluster.job(job_id))
+    assert f"resuming from {env.run_dir('time_limit')}/checkpoints/step_{step}" in job_log(cluster.job(job_id))
     env.wait_steps(job_id, "time_limit", step + 5, timeout=60)  # and trains on, on both nodes
     assert "on node[1-2]" in job_log(cluster.job(job_id)).split("restart 1")[1]
     cluster.cmd("scancel", job_id)
@@ -232,7 +232,7 @@ def test_cut_link_ends_the_job_and_it_resumes(env, slow_reference, note):
     ckpts = sorted(int(f[5:-3]) for f in os.listdir(f"{env.run_dir('cut')}/checkpoints"))
     newest = ckpts[-1]
     assert 10 <= newest <= at + 10, f"checkpoints {ckpts}, cut after step {at}"
-    assert read_params(f"{env.run_dir('cut')}/checkpoints/step_{newest}.h5"), "the newest checkpoint opens"
+    assert read_params(f"{env.run_dir('cut')}/checkpoints/step_{newest}"), "the newest checkpoint opens"
 
     # The run ends by srun giving up on node2's tasks (KillWait + 2 s after rank 0's abort: the job
     # FAILED) or by slurmctld marking node2 DOWN first (NODE_FAIL: --requeue puts it back in the
@@ -244,7 +244,7 @@ def test_cut_link_ends_the_job_and_it_resumes(env, slow_reference, note):
     _, fields = env.run_job("cut", TWO_NODES, SLOW_ARGS, note=note)
     assert_completed(fields, "the resubmitted job after the link came back")
     log = job_log(fields)
-    assert f"resuming from {env.run_dir('cut')}/checkpoints/step_{newest}.h5" in log, log[-3000:]
+    assert f"resuming from {env.run_dir('cut')}/checkpoints/step_{newest}" in log, log[-3000:]
     assert_same_metrics(env.run_dir("cut"), slow_reference, "cut, resubmitted and resumed")
 
 
@@ -275,7 +275,7 @@ def test_lost_node_then_one_node_resumes(env, slow_reference, note):
     _, fields = env.run_job("lost", ["--nodes=1", "--ntasks=2"], SLOW_ARGS, note=note)
     assert_completed(fields, "the resubmission on one node")
     log = job_log(fields)
-    assert f"resuming from {env.run_dir('lost')}/checkpoints/step_{newest}.h5" in log, log[-3000:]
+    assert f"resuming from {env.run_dir('lost')}/checkpoints/step_{newest}" in log, log[-3000:]
     assert "placement: 2 ranks on 1 host; node1: ranks 0-1" in log, log[:2000]
     # The next 50 steps (the elastic-resume tests' bound; a different summation order drifts slowly).
     worst = assert_same_metrics(env.run_dir("lost"), slow_reference, "resumed at world size 2", rel=1e-5,
