@@ -36,7 +36,11 @@ std::string save(const std::string& dir, const model::ParamLayout& layout,
                  const std::vector<float>& params, const std::vector<float>& m,
                  const std::vector<float>& v, const TrainState& state);
 
-// Reads a whole checkpoint (params, moments, state). Shapes must match layout.
+// The same single-file checkpoint at `path` (sft_export --consolidate); save() is save_as(<dir>/step_<S>.h5).
+void save_as(const std::string& path, const model::ParamLayout& layout, const std::vector<float>& params,
+             const std::vector<float>& m, const std::vector<float>& v, const TrainState& state);
+
+// Reads a whole checkpoint (params, moments, state); a sharded directory's shards put together. Shapes must match layout.
 void load(const std::string& path, const model::ParamLayout& layout, std::vector<float>& params,
           std::vector<float>& m, std::vector<float>& v, TrainState& state);
 

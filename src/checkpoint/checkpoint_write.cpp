@@ -53,6 +53,14 @@ void write_tensors(AtomicH5Writer& w, hid_t parent, const char* group_name,
 std::string save(const std::string& dir, const model::ParamLayout& layout,
                  const std::vector<float>& params, const std::vector<float>& m,
                  const std::vector<float>& v, const TrainState& state) {
+  const std::string final_path =
+      (fs::path(dir) / ("step_" + std::to_string(state.step) + ".h5")).string();
+  save_as(final_path, layout, params, m, v, state);
+  return final_path;
+}
+
+void save_as(const std::string& final_path, const model::ParamLayout& layout, const std::vector<float>& params,
+             const std::vector<float>& m, const std::vector<float>& v, const TrainState& state) {
   detail::check_layout(layout, params.size());
   SFTDP_ASSERT(m.size() == layout.total && v.size() == layout.total,
                "AdamW moment buffers differ from layout.total");
@@ -62,9 +70,6 @@ std::string save(const std::string& dir, const model::ParamLayout& layout,
                "negative step, data cursor or global batch in the TrainState");
   SFTDP_ASSERT(state.optimizer_updates >= 0 && state.optimizer_updates <= state.step,
                "optimizer_updates outside [0, step]");
-  const std::string final_path =
-      (fs::path(dir) / ("step_" + std::to_string(state.step) + ".h5")).string();
-
   AtomicH5Writer w(final_path);
   write_tensors(w, w.file(), detail::kParamsGroup, layout, params);
   {
@@ -87,7 +92,6 @@ std::string save(const std::string& dir, const model::ParamLayout& layout,
     write_string_attr(w, "lora_base_hash", state.lora_base_hash);
   }
   w.commit();
-  return final_path;
 }
 
 void save_params(const std::string& path, const model::ParamLayout& layout,
