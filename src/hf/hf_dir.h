@@ -14,7 +14,8 @@
 
 namespace sftdp::hf {
 
-// True when path is a directory (then it must be an HF model directory with config.json).
+// True when path is a directory (then it must be an HF model directory with config.json), but not
+// a sharded sft-dp checkpoint (a step_<S>/ directory holding index.h5, SPEC §5).
 bool is_hf_dir(const std::string& path);
 
 // Dimensions from <dir>/config.json. model_type (else architectures[0]; neither: gpt2) picks the

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "data/tokenizer_identity.h"
+#include "hf/hf_dir.h"
 #include "kernels/ops.h"
 #include "sftdp/check.h"
 #include "sftdp/checkpoint.h"
@@ -89,7 +90,7 @@ void check_inputs(const config::Config& cfg, comm::MpiSession& mpi, Inputs& in) 
     if (!cfg.eval_files.empty()) in.eval.emplace(cfg.eval_files, in.T, in.dims.V, in.dims.maxT);
     std::vector<std::string> files = cfg.train_files;
     files.insert(files.end(), cfg.eval_files.begin(), cfg.eval_files.end());
-    const bool hf_dir = std::filesystem::is_directory(cfg.load_parameters_path, ec);
+    const bool hf_dir = hf::is_hf_dir(cfg.load_parameters_path);
     for (const auto& line : data::check_tokenizer_identity(files, hf_dir ? cfg.load_parameters_path : "", in.dims.V))
       log::info("%s", line.c_str());
   });
