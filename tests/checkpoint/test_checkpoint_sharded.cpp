@@ -6,7 +6,9 @@
 // ranks of W2 together read all of them. Also: a step_<S>/ without index.h5 is not a checkpoint
 // (never listed, removed at the start of a run), keep_checkpoints prunes directories, a missing or
 // damaged shard is a UserError naming the shard file and resume falls back to the older checkpoint,
-// and a single-file (format 1) checkpoint reads range by range through the same Reader.
+// a single-file (format 1) checkpoint reads range by range through the same Reader, a failed shard
+// write throws WriteError (save()'s message, no temporary file) instead of ending the process, and a
+// directory consolidated into one file (save_as) loads as the same checkpoint.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -164,6 +166,48 @@ TEST(ShardedCheckpoint, LoadAndLoadParamsReadADirectoryWhole) {
   load_params(path, f.layout, only);
   EXPECT_EQ(only, f.values[0]);
   EXPECT_EQ(read_config(path).value_or(""), f.state.config_yaml);
+}
+
+TEST(ShardedCheckpoint, FailedShardWriteThrowsWriteErrorAndLeavesNoTemporary) {
+  Fixture f;
+  test::TempDir dir;
+  test::write_file(step_dir(dir.path(), 5), "a file where step_5/ should be");  // its shard cannot be created
+  HostShard shard;
+  shard.runs[0] = {{0, 4}};
+  shard.data[0] = {1, 2, 3, 4};
+  try {
+    write_shard(dir.path(), 5, 0, 1, f.layout, shard);
+    FAIL() << "write_shard into a file succeeded";
+  } catch (const WriteError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write checkpoint " + step_dir(dir.path(), 5) + "/shard_0.h5: "),
+              std::string::npos)
+        << e.what();
+    EXPECT_STREQ(e.lib, "POSIX");
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"step_5"});
+}
+
+TEST(ShardedCheckpoint, ConsolidatedIntoOneFileLoadsTheSame) {
+  Fixture f;
+  test::TempDir dir;
+  const std::string path = f.write(dir.path(), 4, 2);
+  std::vector<float> p, m, v;
+  TrainState st;
+  load(path, f.layout, p, m, v, st);
+  const std::string one = dir.path() + "/one.h5";
+  save_as(one, f.layout, p, m, v, st);
+  std::vector<float> p1, m1, v1;
+  TrainState st1;
+  load(one, f.layout, p1, m1, v1, st1);
+  EXPECT_EQ(p1, f.values[0]);
+  EXPECT_EQ(m1, f.values[1]);
+  EXPECT_EQ(v1, f.values[2]);
+  EXPECT_EQ(st1.step, f.state.step);
+  EXPECT_EQ(st1.step_in_epoch, f.state.step_in_epoch);
+  EXPECT_EQ(st1.optimizer_updates, f.state.optimizer_updates);
+  EXPECT_EQ(st1.config_yaml, f.state.config_yaml);
 }
 
 TEST(ShardedCheckpoint, DirectoryWithoutIndexIsNoCheckpointAndIsRemoved) {
