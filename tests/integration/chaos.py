@@ -244,8 +244,11 @@ class Soak:
         os.kill(self.rng.choice(pids), signal.SIGKILL)
         self.wait_ended(job)
         self.cancel_if_pending(job)
-        newest = checkpoints(self.run_dir)[-1][1]
-        damaged = newest if os.path.isfile(newest) else self.rng.choice(sorted(glob.glob(f"{newest}/shard_*.h5")))
+        step, newest = checkpoints(self.run_dir)[-1]
+        # Which shard: drawn from its own generator, so that the seed's sequence of kinds and steps
+        # stays what it was when a checkpoint was one file.
+        damaged = newest if os.path.isfile(newest) else \
+            random.Random(step).choice(sorted(glob.glob(f"{newest}/shard_*.h5")))
         with open(damaged, "r+b") as f:
             f.truncate(os.path.getsize(damaged) // 2)
         return self.submit(), os.path.relpath(damaged, f"{self.run_dir}/checkpoints")
