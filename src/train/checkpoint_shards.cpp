@@ -69,6 +69,14 @@ RankRuns rank_runs(const Sharding& s, int rank, int world) {
   return out;
 }
 
+size_t shard_bytes(const Sharding& s, int rank, int world) {
+  const RankRuns runs = rank_runs(s, rank, world);
+  size_t floats = 0;
+  for (const auto& group : runs.write)
+    for (const auto& h : group) floats += h.count;
+  return floats * sizeof(float);
+}
+
 checkpoint::Runs runs_only(const RankRuns& r) {
   checkpoint::Runs out;
   for (int g = 0; g < checkpoint::kGroups; ++g)
@@ -77,12 +85,17 @@ checkpoint::Runs runs_only(const RankRuns& r) {
 }
 
 checkpoint::HostShard snapshot(model::Model& model, optim::AdamW& opt, int zero_stage, int rank, int world) {
+  checkpoint::HostShard out;
+  snapshot(model, opt, zero_stage, rank, world, out);
+  return out;
+}
+
+void snapshot(model::Model& model, optim::AdamW& opt, int zero_stage, int rank, int world, checkpoint::HostShard& out) {
   const Sharding s = sharding_of(model, zero_stage);
   const RankRuns runs = rank_runs(s, rank, world);
   SFTDP_ASSERT(s.units_sharded() == (opt.zero_units() != nullptr), "snapshot: the optimiser's sharding differs");
   const float* src[checkpoint::kGroups] = {
       s.units_sharded() ? opt.zero_units()->master() : model.trainable_params(), opt.m(), opt.v()};
-  checkpoint::HostShard out;
   out.runs = runs_only(runs);
   const Ops& o = model.ops();
   for (int g = 0; g < checkpoint::kGroups; ++g) {
@@ -95,7 +108,6 @@ checkpoint::HostShard snapshot(model::Model& model, optim::AdamW& opt, int zero_
       at += h.count;
     }
   }
-  return out;
 }
 
 void read_into(checkpoint::Reader& reader, model::Model& model, optim::AdamW& opt, int zero_stage, int rank,

@@ -40,6 +40,11 @@ checkpoint::Runs runs_only(const RankRuns& r);
 
 // This rank's part, copied to the host (the only time training waits for a checkpoint).
 checkpoint::HostShard snapshot(model::Model& model, optim::AdamW& opt, int zero_stage, int rank, int world);
+// The same into `out`, whose buffers keep their allocation when they have the size already (a
+// run's every checkpoint: the saver's copy is allocated once).
+void snapshot(model::Model& model, optim::AdamW& opt, int zero_stage, int rank, int world, checkpoint::HostShard& out);
+// Bytes of this rank's part (parameters, m and v): its shard file's data and its host copy.
+size_t shard_bytes(const Sharding& s, int rank, int world);
 // This rank's parameters and moments from `reader`, in chunks of at most kRestoreChunkFloats.
 // Throws UserError (a damaged or missing shard, a non-finite value): the model is then partly loaded.
 void read_into(checkpoint::Reader& reader, model::Model& model, optim::AdamW& opt, int zero_stage, int rank,

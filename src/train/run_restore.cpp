@@ -212,46 +212,6 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
   return state;
 }
 
-void save_checkpoint(const config::Config& cfg, const RunPaths& paths, model::Model& model, optim::AdamW& opt,
-                     comm::Communicator& comm, checkpoint::TrainState state) {
-  const int rank = comm.rank(), world = comm.world(), zero_stage = static_cast<int>(cfg.zero_stage);
-  // Rank 0 makes step_<S>/ empty before any rank writes into it; a failure there ends the job (exit 1).
-  if (rank == 0) checkpoint::prepare_step_dir(paths.checkpoint_dir, state.step);
-  comm.barrier();
-  // Every rank writes what it holds, in parallel; nothing is gathered.
-  const checkpoint::HostShard shard = snapshot(model, opt, zero_stage, rank, world);
-  std::string error;
-  const char *lib = "", *call = "", *file = __FILE__;
-  int line = __LINE__;
-  try {
-    checkpoint::write_shard(paths.checkpoint_dir, state.step, rank, world, model.trainable_layout(), shard);
-  } catch (const checkpoint::WriteError& e) {
-    error = e.what(), lib = e.lib, call = e.call, file = e.file, line = e.line;
-  }
-  // Agreed: a shard any rank could not write fails the checkpoint on every rank. The lowest failing
-  // rank reports it (its own rank and host in the line) and ends the job with exit 1; step_<S>/ has
-  // no index, so the previous checkpoint stays the newest and the next run removes the directory.
-  const auto errors = comm::allgather_strings(error, "the checkpoint's shard writes");
-  const auto first = std::find_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); });
-  if (first != errors.end()) {
-    if (first - errors.begin() == rank) die_internal(lib, call, error, file, line);
-    comm.barrier();  // never returns: the failing rank's MPI_Abort ends this one too
-    die_internal("sftdp", "checkpoint", "rank " + std::to_string(first - errors.begin()) + " could not write its shard",
-                 __FILE__, __LINE__);
-  }
-  std::vector<checkpoint::Runs> runs_of;
-  if (rank == 0) {
-    const Sharding s = sharding_of(model, zero_stage);
-    for (int r = 0; r < world; ++r) runs_of.push_back(runs_only(rank_runs(s, r, world)));
-    state.config_yaml = cfg.to_yaml();
-    const auto path =
-        checkpoint::commit_index(paths.checkpoint_dir, model.trainable_layout(), state, zero_stage, runs_of);
-    // Only now is the new checkpoint one: older ones may go.
-    checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
-    log::info("checkpoint %s", path.c_str());
-  }
-}
-
 void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
                    comm::Communicator& comm) {
   std::vector<float> params;  // ZeRO-3, bf16 weights: a collective, rank 0 receives them

@@ -41,12 +41,7 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
                                optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
                                int64_t steps_per_epoch);
 
-// Called on every rank: rank 0 prepares step_<S>/, every rank writes its shard (train::snapshot,
-// nothing gathered), the ranks agree that all succeeded (else the lowest failing rank's "cannot write
-// checkpoint ..." ends the job, exit 1, the directory left without an index), then rank 0 commits
-// index.h5 and prunes to keep_checkpoints.
-void save_checkpoint(const config::Config& cfg, const RunPaths& paths, model::Model& model,
-                     optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state);
+// Saving one: train::CheckpointSaver (checkpoint_saver.h).
 
 // Called on every rank (ZeRO-3 gathers the parameters first); rank 0 writes (hf_export) the current
 // parameters as a Hugging Face directory <run_dir>/hf/ (hf::export_hf, as sft_export writes it), or
