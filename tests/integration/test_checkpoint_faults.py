@@ -105,8 +105,30 @@ def test_disk_full_leaves_no_temporary_and_keeps_previous(disk_full, straight):
 
 
 def test_disk_full_leaves_metrics_valid(disk_full):
+    """The step-4 checkpoint is written in the background (async_checkpointing, the default here): its
+    failure ends the job at the first step boundary after the write ended, step 5's or the final
+    step 6's (which waits for it)."""
     run, _ = disk_full
-    assert metric_steps(run) == [1, 2, 3, 4], "metrics.jsonl: one valid line per step done"
+    steps = metric_steps(run)
+    assert steps in ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6]), f"metrics.jsonl: one valid line per step done: {steps}"
+
+
+def test_disk_full_written_at_the_boundary_ends_the_job_there(cfg, workdir):
+    """async_checkpointing: false: the step-4 write fails before step 5 starts; same message, same state."""
+    mnt = f"{workdir}/small_sync"
+    os.makedirs(mnt, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS_KIB}k", "tmpfs", mnt]).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        p = run_train(cfg, {"base_output_directory": mnt, "async_checkpointing": False}, check=False)
+        run = f"{mnt}/r"
+        assert p.returncode == 1, p.stderr
+        assert f"cannot write checkpoint {run}/checkpoints/step_4/shard_0.h5: No space left on device" in p.stderr
+        assert metric_steps(run) == [1, 2, 3, 4]
+        assert "checkpoints: written at the step boundary (async_checkpointing: false" in p.stdout, p.stdout
+        assert os.listdir(f"{run}/checkpoints/step_4") == []
+    finally:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
 
 
 def test_resume_after_disk_full_reaches_the_straight_result(disk_full, small_fs, cfg, straight):
