@@ -12,6 +12,14 @@ by a seeded random sequence of faults, each followed by what the job documents (
   damaged_checkpoint  a rank killed and one shard file of the newest checkpoint (a step_<S>/ directory,
                       SPEC §5) damaged on disk before the resubmission: the run moves the directory
                       aside (.corrupt) and resumes from the one before
+  kill_in_flight_save a rank killed while a checkpoint is written in the background (async_checkpointing,
+                      the default): the ranks are stopped when a step_<S>/ without index appears, and
+                      one is killed only if it still has none (else they go on to the next save); the
+                      directory stays uncommitted, the resubmission removes it and resumes from the one
+                      before
+  missing_shard       a rank killed and one shard file of the newest checkpoint deleted before the
+                      resubmission: the run names the missing file, moves the directory aside and
+                      resumes from the one before
 
 until the configured steps are done. Then the run must equal an undisturbed 2-node job of the same
 config: final parameters and AdamW moments bitwise, metrics.jsonl and TensorBoard every step exactly
@@ -35,7 +43,8 @@ import numpy as np
 from harness import SFT_TRAIN, SOURCE, TINY_MODEL, make_data, read_metrics, read_params, write_config
 from slurm_helpers import job_log, metrics_steps, pid_alive
 
-KINDS = ("kill_rank", "stop_rank", "kill_node", "cut_link", "usr1", "full_disk", "damaged_checkpoint")
+KINDS = ("kill_rank", "stop_rank", "kill_node", "cut_link", "usr1", "full_disk", "damaged_checkpoint",
+         "kill_in_flight_save", "missing_shard")
 CPU_SBATCH = os.path.join(SOURCE, "slurm", "cpu.sbatch")
 TWO_NODES = ["--nodes=2", "--ntasks-per-node=2"]
 PERIOD = 5  # a checkpoint every 5 steps
@@ -61,6 +70,12 @@ def checkpoints(run_dir):
         if m and (os.path.isfile(path) if m[2] else os.path.isfile(f"{path}/index.h5")):
             found.append((int(m[1]), path))
     return sorted(found)
+
+
+def uncommitted(run_dir):
+    """step_<S>/ directories without index.h5: a checkpoint being written (or one never finished)."""
+    return sorted(p for p in glob.glob(f"{run_dir}/checkpoints/step_*")
+                  if re.fullmatch(r"step_\d+", os.path.basename(p)) and not os.path.isfile(f"{p}/index.h5"))
 
 
 def checkpoint_bytes(path):
@@ -253,6 +268,44 @@ class Soak:
             f.truncate(os.path.getsize(damaged) // 2)
         return self.submit(), os.path.relpath(damaged, f"{self.run_dir}/checkpoints")
 
+    def kill_in_flight_save(self, job, timeout=120):
+        pids = self.rank_pids(job)
+        victim = self.rng.choice(pids)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pending = uncommitted(self.run_dir)
+            if not pending:
+                time.sleep(0.001)
+                continue
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            if uncommitted(self.run_dir):  # still being written: the save is in flight
+                os.kill(victim, signal.SIGKILL)
+                for pid in pids:
+                    if pid != victim:
+                        os.kill(pid, signal.SIGCONT)
+                break
+            for pid in pids:  # committed meanwhile: let them go on to the next save
+                os.kill(pid, signal.SIGCONT)
+            while uncommitted(self.run_dir) == pending and time.monotonic() < deadline:
+                time.sleep(0.001)
+        else:
+            raise TimeoutError(f"job {job}: no checkpoint in flight within {timeout} s")
+        self.wait_ended(job)
+        self.cancel_if_pending(job)
+        assert any(not os.path.isfile(f"{p}/index.h5") for p in pending), pending
+        return self.submit(), f"pid {victim} of {len(pids)} during {os.path.basename(pending[-1])}"
+
+    def missing_shard(self, job):
+        pids = self.rank_pids(job)
+        os.kill(self.rng.choice(pids), signal.SIGKILL)
+        self.wait_ended(job)
+        self.cancel_if_pending(job)
+        step, newest = checkpoints(self.run_dir)[-1]
+        gone = random.Random(step).choice(sorted(glob.glob(f"{newest}/shard_*.h5")))
+        os.remove(gone)
+        return self.submit(), os.path.relpath(gone, f"{self.run_dir}/checkpoints")
+
     # --- the soak ---
     def run(self):
         job = self.submit()
@@ -317,10 +370,8 @@ def compare(run_dir, ref_dir, steps):
             read_params(path)
         except (OSError, KeyError) as e:
             problems.append(f"{path}: unreadable ({e})")
-    uncommitted = [p for p in glob.glob(f"{run_dir}/checkpoints/step_*")
-                   if re.fullmatch(r"step_\d+", os.path.basename(p)) and not os.path.isfile(f"{p}/index.h5")]
-    if uncommitted:
-        problems.append(f"checkpoint directories without an index left: {uncommitted}")
+    if uncommitted(run_dir):
+        problems.append(f"checkpoint directories without an index left: {uncommitted(run_dir)}")
     temps = [p for p in glob.glob(f"{run_dir}/**/*", recursive=True) + glob.glob(f"{run_dir}/**/.*", recursive=True)
              if ".tmp" in os.path.basename(p)]
     if temps:
