@@ -13,6 +13,7 @@
    else runs beside the write), gpt2-124m at zero_stage 0 (every rank writes 1/world of it).
 
   OLD=<today's sft_train> SFTDP_BUILD_DIR=build .pyref/bin/python bench/checkpoint_async.py [model] [out.md]
+(without OLD the first table has the sharded rows only; THROUGHPUT=0 leaves out the second)
 Prints Markdown tables (and writes them to out.md)."""
 import json
 import os
@@ -124,6 +125,16 @@ def blocked(lines, samples, run_dir):
     return out
 
 
+def step_slowdown(run_dir):
+    """Mean step_time_s of the steps right after a periodic checkpoint over the mean of the others
+    (past step 1): what a background write beside training costs these CPU ranks."""
+    dt = step_times(run_dir)
+    after_steps = {s + 1 for s in range(CKPT_EVERY, STEPS, CKPT_EVERY)}
+    after = [dt[s] for s in after_steps]
+    others = [dt[s] for s in dt if s > 1 and s not in after_steps]
+    return (sum(after) / len(after)) / (sum(others) / len(others))
+
+
 def main():
     d = tempdir()
     data = f"{d}/train.h5"
@@ -142,20 +153,27 @@ def main():
         params = params or int(re.search(r"(\d+) params", "\n".join(l for _, l in lines)).group(1))
         b = blocked(lines, samples, run_dir)
         mean = sum(x[1] for x in b) / len(b)
-        rows.append((name, mean, b, peaks))
+        rows.append((name, mean, b, peaks, step_slowdown(run_dir)))
     base = rows[0][1]
     md.append(f"### Blocked time per checkpoint: {MODEL} ({params} parameters), {WORLD} CPU ranks, zero_stage 3, "
               f"T={T}, a checkpoint every {CKPT_EVERY} steps (the final one not counted)\n")
     md.append("| writer | blocked per checkpoint (s), each | mean (s) | vs first row | rank 0 RSS in the "
-              "checkpoint / the step before (MiB) | peak RSS rank 0 / ranks 1-3 (MiB) |")
-    md.append("|---|---|---|---|---|---|")
-    for name, mean, b, peaks in rows:
+              "checkpoint / the step before (MiB) | peak RSS rank 0 / ranks 1-3 (MiB) | step after a checkpoint / "
+              "other steps |")
+    md.append("|---|---|---|---|---|---|---|")
+    for name, mean, b, peaks, slow in rows:
         md.append(f"| {name} | {' '.join(f'{x[1]:.3f}' for x in b)} | {mean:.3f} | {mean / base:.3f} | "
                   f"{max(x[2] for x in b):.0f} / {max(x[3] for x in b):.0f} | "
-                  f"{peaks[0]:.0f} / {' '.join(f'{p:.0f}' for p in peaks[1:])} |")
+                  f"{peaks[0]:.0f} / {' '.join(f'{p:.0f}' for p in peaks[1:])} | {slow:.2f} |")
     md.append(f"\n3 x 4 bytes x parameters = {12 * params / 2**20:.0f} MiB (the whole model's parameters, m and v).\n")
 
     # Write throughput against the number of writing ranks.
+    if os.environ.get("THROUGHPUT", "1") == "0":
+        print("\n".join(md))
+        if OUT_MD:
+            with open(OUT_MD, "w") as f:
+                f.write("\n".join(md) + "\n")
+        return
     tcfg = write_config(f"{d}/t.yml", model_name="gpt2-124m", base_output_directory=f"{d}/out", train_files=f"{d}/t.h5",
                         max_target_length=16, global_batch_size=4, steps=3, checkpoint_period=1, keep_checkpoints=1,
                         hardware="cpu", log_period=1, param_check_period=0, async_checkpointing=False)

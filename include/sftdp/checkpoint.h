@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sftdp/model.h"
@@ -85,10 +86,34 @@ struct Run {
   bool operator==(const Run&) const = default;
 };
 using Runs = std::array<std::vector<Run>, kGroups>;  // per group: disjoint, ascending
+// Host memory from a pair of functions (a GPU rank's Ops::host_alloc: page-locked, so the copy from
+// the device runs at full speed); without them, operator new.
+template <class T>
+struct HostAllocator {
+  using value_type = T;
+  // A buffer keeps the allocator it was made with through assignment and swap.
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+  void* (*alloc_fn)(size_t bytes) = nullptr;
+  void (*free_fn)(void* p) = nullptr;
+  HostAllocator() = default;
+  HostAllocator(void* (*a)(size_t), void (*f)(void*)) : alloc_fn(a), free_fn(f) {}
+  template <class U>
+  HostAllocator(const HostAllocator<U>& o) : alloc_fn(o.alloc_fn), free_fn(o.free_fn) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(alloc_fn ? alloc_fn(n * sizeof(T)) : ::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t) { free_fn ? free_fn(p) : ::operator delete(p); }
+  template <class U>
+  bool operator==(const HostAllocator<U>& o) const { return alloc_fn == o.alloc_fn && free_fn == o.free_fn; }
+};
+using HostFloats = std::vector<float, HostAllocator<float>>;
+
 // What one rank writes: its runs of each group and their floats, concatenated in run order.
 struct HostShard {
   Runs runs;
-  std::array<std::vector<float>, kGroups> data;
+  std::array<HostFloats, kGroups> data;
 };
 
 // <dir>/step_<S> (a directory checkpoint) and whether `path` is one (a directory holding index.h5).

@@ -72,6 +72,10 @@ void CheckpointSaver::write() {
   done_.store(true, std::memory_order_release);
 }
 
+void CheckpointSaver::allocate(model::Model& model, optim::AdamW& opt) {
+  if (async_) snapshot(model, opt, static_cast<int>(cfg_.zero_stage), comm_.rank(), comm_.world(), shard_);
+}
+
 void CheckpointSaver::save(model::Model& model, optim::AdamW& opt, checkpoint::TrainState state, bool wait) {
   finish();  // one save in flight
   const auto t0 = Clock::now();
@@ -102,7 +106,8 @@ void CheckpointSaver::save(model::Model& model, optim::AdamW& opt, checkpoint::T
   write();
   blocked_s_ = since(t0);
   commit();
-  if (!async_) checkpoint::HostShard().data.swap(shard_.data);  // not kept between saves: freed
+  if (!async_)  // not kept between saves: freed
+    for (auto& d : shard_.data) d = checkpoint::HostFloats(d.get_allocator());
 }
 
 void CheckpointSaver::finish() {

@@ -41,6 +41,9 @@ class CheckpointSaver {
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
 
+  // Async: allocates (and touches) the host copy before training starts, so that the first checkpoint
+  // waits no longer than the others (the memory plan counts that copy from the start anyway).
+  void allocate(model::Model& model, optim::AdamW& opt);
   // Every rank, at a step boundary: finishes an earlier save, copies this rank's shard and writes it
   // — in the background when async and not `wait`, else before it returns, committed.
   void save(model::Model& model, optim::AdamW& opt, checkpoint::TrainState state, bool wait);

@@ -101,6 +101,8 @@ void snapshot(model::Model& model, optim::AdamW& opt, int zero_stage, int rank, 
   for (int g = 0; g < checkpoint::kGroups; ++g) {
     size_t n = 0;
     for (const auto& h : runs.write[g]) n += h.count;
+    const checkpoint::HostAllocator<float> host(o.host_alloc, o.host_free);
+    if (!(out.data[g].get_allocator() == host)) out.data[g] = checkpoint::HostFloats(host);
     out.data[g].resize(n);
     size_t at = 0;
     for (const auto& h : runs.write[g]) {

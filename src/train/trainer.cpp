@@ -331,6 +331,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   if (state.step == 0) run_eval(0);  // the baseline the run is judged against
   data::Batch batch;
   CheckpointSaver saver(cfg, in.paths, comm, async_checkpoints);
+  saver.allocate(model, opt);
   const StepWork work = step_work(in, comm.world());
   double time_sum = 0;
   int64_t timed_steps = 0;
