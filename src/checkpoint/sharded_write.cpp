@@ -74,6 +74,10 @@ void prepare_step_dir(const std::string& dir, int64_t step) {
                        __LINE__);
 }
 
+namespace {
+constexpr size_t kWriteSliceFloats = size_t{4} << 20;  // 16 MiB
+}  // namespace
+
 void write_shard(const std::string& dir, int64_t step, int rank, int world, const model::ParamLayout& layout,
                  const HostShard& shard) {
   detail::check_layout(layout, layout.total);
@@ -95,7 +99,15 @@ void write_shard(const std::string& dir, int64_t step, int rank, int world, cons
       h5::Handle dset(H5_OK(w, H5Dcreate2(group.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
                                           dcpl.get(), H5P_DEFAULT)),
                       H5Dclose);
-      H5_OK(w, H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, shard.data[g].data() + p.local));
+      // In slices of at most kWriteSliceFloats: HDF5 (thread-safe build) holds its global lock for
+      // one H5Dwrite, and the training thread's data reads wait for it while this runs in the background.
+      for (size_t at = 0; at < p.count; at += kWriteSliceFloats) {
+        const hsize_t start[1] = {at}, count[1] = {std::min(kWriteSliceFloats, p.count - at)};
+        h5::Handle mem(H5_OK(w, H5Screate_simple(1, count, nullptr)), H5Sclose);
+        H5_OK(w, H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr));
+        H5_OK(w, H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT,
+                          shard.data[g].data() + p.local + at));
+      }
     }
   }
   const int version = detail::kShardedFormatVersion;

@@ -1,7 +1,10 @@
 // src/train/checkpoint_saver.cpp — see checkpoint_saver.h.
 #include "train/checkpoint_saver.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <exception>
 #include <vector>
@@ -100,7 +103,13 @@ void CheckpointSaver::save(model::Model& model, optim::AdamW& opt, checkpoint::T
   background_ = async_ && !wait;
   if (background_) {
     blocked_s_ = since(t0);
-    writer_ = std::thread([this] { write(); });
+    writer_ = std::thread([this] {
+      sigset_t stops;  // the stop signals are the training thread's to see (stop_signal.h)
+      sigemptyset(&stops);
+      for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stops, sig);
+      pthread_sigmask(SIG_BLOCK, &stops, nullptr);
+      write();
+    });
     return;
   }
   write();
