@@ -50,7 +50,10 @@ def one(work, size, sig_name, target, sig, rank):
     records = read_metrics(run.run_dir)[0]
     ckpts = [c for c in os.listdir(f"{run.run_dir}/checkpoints")] if os.path.isdir(f"{run.run_dir}/checkpoints") else []
     done = [c for c in ckpts if c.startswith("step_")]
-    mb = max((os.path.getsize(f"{run.run_dir}/checkpoints/{c}") for c in ckpts), default=0) / 2**20
+    def size(p):  # a checkpoint is a step_<S>/ directory (SPEC §5); an older one a file
+        return sum(os.path.getsize(os.path.join(r, n)) for r, _, ns in os.walk(p) for n in ns) \
+            if os.path.isdir(p) else os.path.getsize(p)
+    mb = max((size(f"{run.run_dir}/checkpoints/{c}") for c in ckpts), default=0) / 2**20
     left = done[0] if done else ("temporary file only" if ckpts else "none")
     return (f"| {size} | {params_of(run) / 1e6:.1f}M | {records[-1]['step_time_s'] * 1000:.0f} | {mb:.0f} | "
             f"{sig_name} to {target} | {code} | {left} | {seconds:.2f} |")

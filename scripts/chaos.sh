@@ -2,7 +2,8 @@
 # scripts/chaos.sh --seed S --faults N [--keep] [--records FILE] — the seeded fault soak on the
 # project's 2-node namespace cluster (tests/integration/chaos.py says what it does and checks): a
 # 2-node job of slurm/cpu.sbatch disturbed N times by a seeded sequence of rank kills, stops, node
-# losses, cut links, USR1 requeues, a full disk and a damaged checkpoint, which must end bitwise
+# losses, cut links, USR1 requeues, a full disk, a damaged or missing checkpoint shard and a rank
+# killed while a checkpoint is written in the background, which must end bitwise
 # equal to an undisturbed run with nothing lost. Exit 0 when nothing was lost. Root (namespaces,
 # tmpfs); needs build/sft_train (scripts/build.sh) and the reference Python (scripts/setup_pyref.sh).
 set -euo pipefail

@@ -56,7 +56,8 @@ if len(ev) >= 2:
     print(f"eval loss: {ev[0]['eval_loss']:.4f} at step {ev[0]['step']} -> "
           f"{ev[-1]['eval_loss']:.4f} at step {ev[-1]['step']} ({run}/metrics.jsonl)")
 ckpts = f"{run}/checkpoints"
-newest = max((f for f in os.listdir(ckpts) if f.startswith("step_")), key=lambda f: int(f[5:-3]))
+newest = max((f for f in os.listdir(ckpts) if f.startswith("step_") and os.path.isfile(f"{ckpts}/{f}/index.h5")),
+             key=lambda f: int(f[5:]))  # sharded step_<S>/ directories (SPEC §5)
 open(".demo_checkpoint", "w").write(f"{ckpts}/{newest}")
 PY
 # What the model answers now, greedy, on the first eval prompts (not seen in training).

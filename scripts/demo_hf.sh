@@ -78,7 +78,7 @@ else
 fi
 
 # 4. Export the last checkpoint as an HF directory and load it back with transformers.
-CKPT="$(ls "$DEMO"/run/checkpoints/step_*.h5 | sort -t_ -k2 -n | tail -1)"
+CKPT="$(dirname "$(ls "$DEMO"/run/checkpoints/step_*/index.h5 | sort -t_ -k2 -n | tail -1)")"  # a sharded step_<S>/
 "$BUILD/sft_export" "$CKPT" "$DEMO/export" --tokenizer "$TOK"
 "$PY" scripts/demo_hf_steps.py check "$DEMO/run" "$DEMO/export" "$DEMO/data/eval.h5" "$DEMO/data/eval.jsonl" $FALL
 echo "demo_hf: the fine-tuned model is $DEMO/export (transformers.AutoModelForCausalLM.from_pretrained, vLLM)"

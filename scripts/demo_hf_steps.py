@@ -71,6 +71,21 @@ def make_data(out):
     print(f"demo_hf: {len(tr)} train and {len(ev)} eval chat examples (addition, reversal) in {out}")
 
 
+def read_sharded_params(step_dir):
+    """/params of a sharded checkpoint step_<S>/ (SPEC §5): each tensor's pieces, as index.h5 names them."""
+    import h5py
+    import numpy as np
+    with h5py.File(f"{step_dir}/index.h5") as index:
+        names = [n.decode() if isinstance(n, bytes) else n for n in index["tensors/names"][...]]
+        shapes = [[d for d in row if d >= 0] for row in index["tensors/shapes"][...]]
+        pieces = index["pieces/params"][...]
+    flat = {n: np.empty(int(np.prod(s)), np.float32) for n, s in zip(names, shapes)}
+    for t, start, count, r in pieces:
+        with h5py.File(f"{step_dir}/shard_{r}.h5") as f:
+            flat[names[t]][start:start + count] = f["params"][f"{names[t]}@{start}"][...]
+    return {n: flat[n].reshape(s) for n, s in zip(names, shapes)}
+
+
 def check(run_dir, export_dir, eval_h5, eval_jsonl, require_fall):
     transformers = quiet()
     import h5py
@@ -83,8 +98,8 @@ def check(run_dir, export_dir, eval_h5, eval_jsonl, require_fall):
     first, last = evals[0], evals[-1]
     print(f"eval loss: {first['eval_loss']:.4f} at step {first['step']} -> "
           f"{last['eval_loss']:.4f} at step {last['step']}")
-    ckpts = glob.glob(f"{run_dir}/checkpoints/step_*.h5")
-    ckpt = max(ckpts, key=lambda p: int(os.path.basename(p)[5:-3]))
+    ckpts = glob.glob(f"{run_dir}/checkpoints/step_*/index.h5")  # sharded checkpoints (SPEC §5)
+    ckpt = os.path.dirname(max(ckpts, key=lambda p: int(os.path.basename(os.path.dirname(p))[5:])))
 
     model = transformers.AutoModelForCausalLM.from_pretrained(export_dir).float().eval()
     tok = transformers.AutoTokenizer.from_pretrained(export_dir)
@@ -106,8 +121,7 @@ def check(run_dir, export_dir, eval_h5, eval_jsonl, require_fall):
         inputs = torch.tensor(f["inputs"][...], dtype=torch.long)
         targets = torch.tensor(f["targets"][...], dtype=torch.long)
         weights = torch.tensor(f["loss_weights"][...], dtype=torch.float64)
-    with h5py.File(ckpt) as f:
-        params = {k: torch.tensor(f["params"][k][...], dtype=torch.float64) for k in f["params"].keys()}
+    params = {k: torch.tensor(v, dtype=torch.float64) for k, v in read_sharded_params(ckpt).items()}
     L = model.config.n_layer
     batch = inputs[:8]
     T = batch.shape[1]

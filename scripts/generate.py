@@ -95,11 +95,17 @@ class HfTokenizer:
         return self.vocab.tok.decode(ids, skip_special_tokens=True)
 
 
+def is_sharded_checkpoint(path):
+    """A sharded sft-dp checkpoint: a step_<S>/ directory holding index.h5 (SPEC §5)."""
+    return os.path.isfile(os.path.join(path, "index.h5"))
+
+
 def checkpoint_config(path):
-    """The resolved config text a checkpoint stores (its root attribute `config`), or ""."""
+    """The resolved config text a checkpoint stores (its root attribute `config`; a sharded one's
+    index holds it), or ""."""
     try:
         import h5py
-        with h5py.File(path, "r") as f:
+        with h5py.File(os.path.join(path, "index.h5") if is_sharded_checkpoint(path) else path, "r") as f:
             c = f.attrs["config"]
         return c.decode() if isinstance(c, bytes) else str(c)
     except Exception:
@@ -129,7 +135,7 @@ def has_tokenizer_files(d):
 def vocab_size(model):
     """The model's vocabulary: config.json's vocab_size, or the checkpoint's resolved vocab_size."""
     try:
-        if os.path.isdir(model):
+        if os.path.isdir(model) and not is_sharded_checkpoint(model):
             with open(os.path.join(model, "config.json")) as f:
                 return int(json.load(f).get("vocab_size"))
         return int(config_value(checkpoint_config(model), "vocab_size"))
@@ -140,7 +146,8 @@ def vocab_size(model):
 def pick_tokenizer(args):
     if args.tokenizer:
         return HfTokenizer(args.tokenizer)
-    for d in (args.model if os.path.isdir(args.model) else checkpoint_base(args.model), args.adapter):
+    hf_dir = os.path.isdir(args.model) and not is_sharded_checkpoint(args.model)
+    for d in (args.model if hf_dir else checkpoint_base(args.model), args.adapter):
         if d and os.path.isdir(d) and has_tokenizer_files(d):
             return HfTokenizer(d)
     if vocab_size(args.model) == BYTE_VOCAB:

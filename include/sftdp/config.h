@@ -64,6 +64,8 @@ struct Config {
   // Checkpoints
   int64_t checkpoint_period = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 0;   // 0 = keep all
+  // "" (null) = true where the host memory allows (train::choose_async_checkpointing) | true | false
+  std::string async_checkpointing;
   bool resume = true;
   bool hf_export = false;           // also write <run_dir>/hf/ (Hugging Face GPT-2) at the end
   std::string hf_export_tokenizer;  // tokenizer file or directory copied into it; "" = none

@@ -49,6 +49,8 @@ const Ops& cpu_ops() {
       .zero = host_zero,
       .to_device = host_copy,
       .to_host = host_copy,
+      .host_alloc = nullptr,  // plain memory: operator new
+      .host_free = nullptr,
       .to_device_async = host_copy,
       .copy = host_copy,
       .synchronize = host_synchronize,

@@ -47,6 +47,14 @@ void device_to_host(void* dst, const void* src, size_t bytes) {
   CHECK_CUDA(cudaStreamSynchronize(stream()));
 }
 
+void* pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+void pinned_free(void* p) { CHECK_CUDA(cudaFreeHost(p)); }
+
 void device_to_device(void* dst, const void* src, size_t bytes) {
   cuda::memcpy_async(dst, src, bytes, cudaMemcpyDeviceToDevice, stream());
 }
@@ -89,6 +97,8 @@ constexpr Ops make_cuda_ops() {
       .zero = device_zero,
       .to_device = host_to_device,
       .to_host = device_to_host,
+      .host_alloc = pinned_alloc,
+      .host_free = pinned_free,
       .to_device_async = host_to_device_async,
       .copy = device_to_device,
       .synchronize = synchronize,

@@ -1,11 +1,13 @@
-// sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE] [--merge]
-// Writes the model of an sft-dp checkpoint as a Hugging Face directory (GPT2LMHeadModel, or
+// sft_export CHECKPOINT OUT_DIR [--tokenizer DIR_OR_FILE] [--merge]
+// sft_export --consolidate CHECKPOINT OUT.h5
+// Writes the model of an sft-dp checkpoint (a sharded step_<S>/ directory or a step_<S>.h5 file) as a Hugging Face directory (GPT2LMHeadModel, or
 // Llama/Qwen2/Qwen3ForCausalLM for the Llama family: config.json, generation_config.json,
 // model.safetensors, tokenizer files copied through) that
 // transformers.AutoModelForCausalLM.from_pretrained loads; a LoRA checkpoint's adapters as a PEFT
 // adapter directory (peft.PeftModel.from_pretrained), or with --merge the merged model. Missing parent
 // directories of OUT_DIR are created, as sft_prepare creates its output's (and removed again when
-// the export fails). Exit 0 ok, 2 bad usage or input (one `error:` line, nothing written), 1 anything else.
+// the export fails). --consolidate writes the whole checkpoint (params, moments, cursor, config) as
+// one single-file checkpoint (SPEC §5), which sft-dp resumes from like any other. Exit 0 ok, 2 bad usage or input (one `error:` line, nothing written), 1 anything else.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -19,8 +21,10 @@ namespace {
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: sft_export CHECKPOINT.h5 OUT_DIR [--tokenizer DIR_OR_FILE] [--merge]\n"
-               "  CHECKPOINT.h5  an sft-dp checkpoint (out/<run>/checkpoints/step_<S>.h5)\n"
+               "usage: sft_export CHECKPOINT OUT_DIR [--tokenizer DIR_OR_FILE] [--merge]\n"
+               "       sft_export --consolidate CHECKPOINT OUT.h5\n"
+               "  CHECKPOINT     an sft-dp checkpoint: out/<run>/checkpoints/step_<S> (a sharded\n"
+               "                 directory) or a single file step_<S>.h5\n"
                "  OUT_DIR        created with its missing parents (must not exist, or be empty): config.json,\n"
                "                 generation_config.json, model.safetensors (fp32; HF names of the\n"
                "                 model's family: gpt2, llama, qwen2 or qwen3)\n"
@@ -31,6 +35,8 @@ void usage(FILE* f) {
                "                 (adapter_config.json, adapter_model.safetensors);\n"
                "  --merge        instead the whole model with the adapters merged (W + alpha/r B A),\n"
                "                 its base read again from the run's load_parameters_path\n"
+               "  --consolidate  write the whole checkpoint (params, moments, data cursor, config) as\n"
+               "                 one single-file checkpoint OUT.h5 (must not exist)\n"
                "Exit: 0 ok, 2 bad usage or input (nothing written), 1 other failure.\n");
 }
 
@@ -74,7 +80,7 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::string> positional;
     std::string tokenizer;
-    bool merge = false;
+    bool merge = false, consolidate = false;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg == "--help" || arg == "-h") {
@@ -83,6 +89,8 @@ int main(int argc, char** argv) {
       }
       if (arg == "--merge") {
         merge = true;
+      } else if (arg == "--consolidate") {
+        consolidate = true;
       } else if (arg == "--tokenizer") {
         if (i + 1 >= argc) throw sftdp::UserError("--tokenizer: needs a value");
         tokenizer = argv[++i];
@@ -92,7 +100,14 @@ int main(int argc, char** argv) {
         positional.push_back(arg);
       }
     }
-    if (positional.size() != 2) throw sftdp::UserError("expected CHECKPOINT.h5 and OUT_DIR (see sft_export --help)");
+    if (consolidate) {
+      if (positional.size() != 2 || merge || !tokenizer.empty())
+        throw sftdp::UserError("--consolidate: expected CHECKPOINT and OUT.h5, nothing else (see sft_export --help)");
+      sftdp::hf::consolidate_checkpoint(positional[0], positional[1]);
+      std::printf("sft_export: %s -> %s (single-file checkpoint)\n", positional[0].c_str(), positional[1].c_str());
+      return 0;
+    }
+    if (positional.size() != 2) throw sftdp::UserError("expected CHECKPOINT and OUT_DIR (see sft_export --help)");
     const auto created = create_parents(positional[1]);
     try {
       sftdp::hf::export_checkpoint(positional[0], positional[1], tokenizer, merge);

@@ -1,5 +1,5 @@
 // sft_generate --model PATH [--adapter DIR] [--prompt TEXT | --chat TEXT | --prompt-ids "ID ..."] [options]
-// Text from a trained model (SPEC §2): an sft-dp checkpoint (a LoRA checkpoint's adapters merged into
+// Text from a trained model (SPEC §2): an sft-dp checkpoint, either format (a LoRA checkpoint's adapters merged into
 // its base) or a Hugging Face directory, optionally with a PEFT adapter merged in; every family (GPT-2,
 // Llama, Qwen2, Qwen3). Greedy by default, or sampled (--temperature, --top-k, --top-p, --seed).
 // --prompt / --chat encode with sft_prepare's byte tokenizer (byte-vocabulary models); --prompt-ids

@@ -22,9 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// S of "step_<S>.h5", or nothing for any other name.
-std::optional<int64_t> step_of(const std::string& name) {
-  static constexpr std::string_view kPrefix = "step_", kSuffix = ".h5";
+// S of "step_<S>" + suffix, or nothing for any other name.
+std::optional<int64_t> step_of(const std::string& name, std::string_view kSuffix = ".h5") {
+  static constexpr std::string_view kPrefix = "step_";
   if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
       !name.ends_with(kSuffix))
     return std::nullopt;
@@ -39,8 +39,11 @@ std::optional<int64_t> step_of(const std::string& name) {
   return step;
 }
 
+// A sharded checkpoint's directory name, "step_<S>" (issue 36).
+std::optional<int64_t> dir_step_of(const std::string& name) { return step_of(name, ""); }
+
 struct Listing {
-  std::vector<std::pair<int64_t, std::string>> checkpoints;  // (S, path), ascending S
+  std::vector<std::pair<int64_t, std::string>> checkpoints;  // (S, path), ascending S (a file before a directory)
   std::error_code error;                                     // set when dir could not be read
 };
 
@@ -54,12 +57,19 @@ Listing list_checkpoints(const std::string& dir) {
   }
   fs::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
-    const auto step = step_of(it->path().filename().string());
+    const std::string name = it->path().filename().string();
     std::error_code type_ec;
-    if (step && it->is_regular_file(type_ec)) out.checkpoints.emplace_back(*step, it->path().string());
+    if (const auto step = step_of(name); step && it->is_regular_file(type_ec))
+      out.checkpoints.emplace_back(*step, it->path().string());
+    else if (const auto dstep = dir_step_of(name); dstep && is_sharded(it->path().string()))
+      out.checkpoints.emplace_back(*dstep, it->path().string());  // a directory with its index
   }
   out.error = ec;
-  std::sort(out.checkpoints.begin(), out.checkpoints.end());
+  // By S; at equal S the directory (no ".h5") after the file, so it counts as the newer.
+  std::sort(out.checkpoints.begin(), out.checkpoints.end(), [](const auto& a, const auto& b) {
+    const bool ad = !a.second.ends_with(".h5"), bd = !b.second.ends_with(".h5");
+    return a.first != b.first ? a.first < b.first : ad < bd;
+  });
   return out;
 }
 
@@ -108,8 +118,13 @@ void prune(const std::string& dir, int64_t keep) {
   for (size_t i = 0; i < n - static_cast<size_t>(keep); ++i) {
     const std::string& path = listing.checkpoints[i].second;
     std::error_code ec;
-    if (!fs::remove(path, ec) && ec)
-      log::warn("%s: cannot delete old checkpoint: %s", path.c_str(), ec.message().c_str());
+    if (is_sharded(path)) {  // its index first: it stops being a checkpoint before its shards go
+      fs::remove(fs::path(path) / "index.h5", ec);
+      if (!ec) fs::remove_all(path, ec);
+    } else {
+      fs::remove(path, ec);
+    }
+    if (ec) log::warn("%s: cannot delete old checkpoint: %s", path.c_str(), ec.message().c_str());
   }
 }
 
@@ -120,24 +135,52 @@ int remove_unfinished_writes(const std::string& dir) {
   fs::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     std::error_code type_ec;
-    if (is_unfinished_write(it->path().filename().string()) && it->is_regular_file(type_ec))
+    const std::string name = it->path().filename().string();
+    if (is_unfinished_write(name) && it->is_regular_file(type_ec))
       found.push_back(it->path());
+    else if (dir_step_of(name) && it->is_directory(type_ec) && !is_sharded(it->path().string()))
+      found.push_back(it->path());  // step_<S>/ without its index: a sharded write that never committed
   }
   if (ec) log::warn("%s: cannot list unfinished checkpoint writes: %s", dir.c_str(), ec.message().c_str());
   int removed = 0;
   for (const fs::path& path : found) {
     std::error_code size_ec, rm_ec;
-    const auto bytes = fs::file_size(path, size_ec);
-    if (!fs::remove(path, rm_ec) || rm_ec) {
+    uintmax_t bytes = 0;
+    if (fs::is_directory(path, size_ec)) {
+      for (const auto& e : fs::recursive_directory_iterator(path, size_ec))
+        if (std::error_code e_ec; e.is_regular_file(e_ec)) bytes += e.file_size(e_ec);
+    } else {
+      bytes = fs::file_size(path, size_ec);
+      if (size_ec) bytes = 0;
+    }
+    if (!fs::remove_all(path, rm_ec) || rm_ec) {
       log::warn("%s: cannot delete an unfinished checkpoint write: %s", path.c_str(),
                 (rm_ec ? rm_ec.message() : std::string("already gone")).c_str());
       continue;
     }
     ++removed;
     log::info("removed %s (%llu bytes): a checkpoint write that never finished (its writer was killed)",
-              path.c_str(), static_cast<unsigned long long>(size_ec ? 0 : bytes));
+              path.c_str(), static_cast<unsigned long long>(bytes));
   }
   return removed;
+}
+
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  Listing listing = list_checkpoints(dir);
+  if (listing.error) throw UserError(dir + ": cannot list checkpoints: " + listing.error.message());
+  std::vector<std::string> out;
+  for (auto it = listing.checkpoints.rbegin(); it != listing.checkpoints.rend(); ++it) out.push_back(it->second);
+  return out;
+}
+
+std::string move_aside(const std::string& path) {
+  const std::string aside = aside_name(path);
+  std::error_code ec;
+  fs::rename(path, aside, ec);
+  if (ec)
+    throw UserError(path + " cannot be moved aside to " + aside + " (" + ec.message() +
+                    "), so a later prune could keep it and delete good checkpoints: move or delete it, then run again");
+  return aside;
 }
 
 std::optional<std::string> load_newest(const std::string& dir, const model::ParamLayout& layout,

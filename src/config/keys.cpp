@@ -157,6 +157,7 @@ const std::vector<KeySpec>& all_keys() {
       {"allreduce_overlap", "Optimiser", &Config::allreduce_overlap},
       {"checkpoint_period", "Checkpoints", &Config::checkpoint_period},
       {"keep_checkpoints", "Checkpoints", &Config::keep_checkpoints},
+      {"async_checkpointing", "Checkpoints", &Config::async_checkpointing},
       {"resume", "Checkpoints", &Config::resume},
       {"hf_export", "Checkpoints", &Config::hf_export},
       {"hf_export_tokenizer", "Checkpoints", &Config::hf_export_tokenizer},

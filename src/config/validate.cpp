@@ -136,6 +136,8 @@ void validate_lora(const Config& cfg) {
 void validate_checkpoints_and_logging(const Config& cfg) {
   require_at_least("checkpoint_period", cfg.checkpoint_period, 0);
   require_at_least("keep_checkpoints", cfg.keep_checkpoints, 0);
+  if (!cfg.async_checkpointing.empty())
+    require_one_of("async_checkpointing", cfg.async_checkpointing, "true", "false");
   if (!cfg.hf_export_tokenizer.empty() && !cfg.hf_export)
     fail("hf_export_tokenizer", "is set but hf_export is false (set hf_export: true)");
   require_at_least("log_period", cfg.log_period, 1);

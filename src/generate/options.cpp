@@ -12,8 +12,9 @@ void usage(FILE* f) {
   std::fprintf(f,
                "usage: sft_generate --model PATH [--adapter DIR]\n"
                "                    [--prompt TEXT | --chat TEXT | --prompt-ids \"ID ...\"] [options]\n"
-               "  --model PATH          an sft-dp checkpoint .h5 (LoRA: merged into its base) or a Hugging Face\n"
-               "                        model directory (gpt2, llama, mistral, qwen2, qwen3)\n"
+               "  --model PATH          an sft-dp checkpoint, step_<S> directory or step_<S>.h5 file (LoRA: merged\n"
+               "                        into its base), or a Hugging Face model directory (gpt2, llama, mistral,\n"
+               "                        qwen2, qwen3)\n"
                "  --adapter DIR         a PEFT LoRA adapter directory, merged into the model (W + alpha/r B A)\n"
                "  --prompt TEXT         byte-tokenizer models: <|bos|> + TEXT's bytes; prints the completion\n"
                "  --chat TEXT           byte-tokenizer models: <|bos|><|user|>TEXT<|end|><|assistant|>;\n"

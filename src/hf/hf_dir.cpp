@@ -9,6 +9,7 @@
 #include "hf/gpt2_hf.h"
 #include "hf/llama_hf.h"
 #include "sftdp/check.h"
+#include "sftdp/checkpoint.h"
 
 namespace sftdp::hf {
 namespace {
@@ -42,7 +43,7 @@ std::string model_type(const json& j, const std::string& file) {
 
 bool is_hf_dir(const std::string& path) {
   std::error_code ec;
-  return !path.empty() && fs::is_directory(path, ec);
+  return !path.empty() && fs::is_directory(path, ec) && !checkpoint::is_sharded(path);
 }
 
 config::ModelDims read_hf_dims(const std::string& dir) {

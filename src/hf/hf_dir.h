@@ -14,7 +14,8 @@
 
 namespace sftdp::hf {
 
-// True when path is a directory (then it must be an HF model directory with config.json).
+// True when path is a directory (then it must be an HF model directory with config.json), but not
+// a sharded sft-dp checkpoint (a step_<S>/ directory holding index.h5, SPEC §5).
 bool is_hf_dir(const std::string& path);
 
 // Dimensions from <dir>/config.json. model_type (else architectures[0]; neither: gpt2) picks the
@@ -41,7 +42,8 @@ void export_hf(const std::string& out_dir, const config::ModelDims& d, const mod
 // (tokenizer.json, vocab.json, merges.txt, ...) in the directory. None: UserError("<what>: ...").
 std::vector<std::string> tokenizer_files(const std::string& source, const std::string& what);
 
-// The model of a checkpoint (or params-only) .h5, as sft_export and sft_generate read it: the stored
+// The model of a checkpoint (a step_<S>.h5 file, a sharded step_<S>/ directory, or a params-only
+// .h5), as sft_export and sft_generate read it: the stored
 // config (its root attribute `config`) and the dimensions it resolves to; the parameters (params, the
 // SPEC layout); for a LoRA checkpoint (issue 17) its adapters and their spec, and with merge_lora the
 // parameters are its base (from the run's load_parameters_path or seed, checked against the
@@ -62,5 +64,11 @@ CheckpointModel read_checkpoint_model(const std::string& checkpoint_h5, bool mer
 // checkpoint's lora_base_hash.
 void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_dir, const std::string& tokenizer_dir,
                        bool merge = false);
+
+// sft_export --consolidate: a checkpoint (either format, SPEC §5) written as one single-file
+// checkpoint out_h5 (params, moments and every root attribute; format_version 1), which every build
+// resumes from. The layout comes from the stored config (the adapters' for a LoRA checkpoint).
+// out_h5 must not exist (UserError).
+void consolidate_checkpoint(const std::string& checkpoint, const std::string& out_h5);
 
 }  // namespace sftdp::hf

@@ -82,7 +82,9 @@ json generation_config(const config::ModelDims& d, const std::vector<std::string
 
 // The root attribute `config` (resolved YAML) of a checkpoint .h5.
 // A root string attribute of an .h5 file; "" when absent and not required.
-std::string root_string_attr(const std::string& path, const char* name, bool required) {
+std::string root_string_attr(const std::string& given, const char* name, bool required) {
+  // A sharded checkpoint (issue 36) keeps its root attributes in its index.
+  const std::string path = checkpoint::is_sharded(given) ? given + "/index.h5" : given;
   h5::QuietErrors quiet;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw UserError(path + ": not found");
@@ -287,6 +289,27 @@ void export_checkpoint(const std::string& checkpoint_h5, const std::string& out_
   if (merge && !m.lora.enabled())
     throw UserError("--merge: " + checkpoint_h5 + " is not a LoRA checkpoint (its config has lora_rank 0)");
   export_hf(out_dir, m.d, model::param_layout(m.d), m.params, tokenizer_dir, m.cfg.load_parameters_path);
+}
+
+void consolidate_checkpoint(const std::string& checkpoint, const std::string& out_h5) {
+  std::error_code ec;
+  if (fs::exists(out_h5, ec) || fs::is_symlink(out_h5, ec))
+    throw UserError("--consolidate: " + out_h5 + " already exists (choose a new name)");
+  const std::string yaml = root_string_attr(checkpoint, "config", /*required=*/true);
+  config::Config cfg;
+  config::ModelDims d;
+  try {
+    cfg = config::from_yaml_text(yaml, {}, checkpoint + " (attribute config)");
+    d = config::model_dims(cfg);
+  } catch (const UserError& e) {
+    throw UserError(checkpoint + ": cannot resolve the model's dimensions from its stored config: " + e.what());
+  }
+  const model::ParamLayout layout =
+      cfg.lora_rank > 0 ? model::lora_layout(d, model::lora_spec(cfg, d)) : model::param_layout(d);
+  std::vector<float> params, m, v;
+  checkpoint::TrainState state;
+  checkpoint::load(checkpoint, layout, params, m, v, state);  // a directory: every shard, put together
+  checkpoint::save_as(out_h5, layout, params, m, v, state);
 }
 
 }  // namespace sftdp::hf

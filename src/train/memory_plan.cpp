@@ -15,6 +15,7 @@
 #include "sftdp/check.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"
+#include "train/checkpoint_shards.h"
 #include "train/run_state.h"
 #ifdef SFTDP_WITH_CUDA
 #include "sftdp/check_cuda.h"
@@ -118,20 +119,23 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
       p.grads += b.grad_shard + b.grad_slots;
       zero = b.total();
     }
+    p.checkpoint_shard = shard_bytes(sharding_of(*model, choice.zero_stage), rank, world);
     SFTDP_ASSERT(optimiser >= p.moments + zero, "plan_memory: the optimiser allocated less than it holds");
     p.other += optimiser - p.moments - zero;  // AdamW's device scalar
   }
 
   p.kernel_scratch = ops.scratch_bytes(scratch_shape(d, B, T, cpu_threads));
   if (!gpu) {
-    // Host copies, on CPU ranks the same memory as everything else (src/train/run_restore.cpp). Rank 0
-    // reads the starting parameters (under LoRA the base too) and, on a resume, both moments, and holds
-    // both moments for each checkpoint; the others receive them in chunks of at most 64 MiB (restore's
-    // stream_from_rank0) and, at zero_stage 0 to 2 on more than one rank, copy the trainable parameters
-    // for the drift check (param_check_period).
+    // Host copies, on CPU ranks the same memory as everything else (src/train/run_restore.cpp,
+    // checkpoint_saver.h). At the start rank 0 reads the starting parameters (under LoRA the base too)
+    // and the others receive them in chunks of at most 64 MiB (restore's stream_from_rank0); a resume
+    // reads in such chunks on every rank. Then every rank keeps the host copy of its checkpoint shard
+    // (parameters, m and v of what it writes: 1/world of each) and, at zero_stage 0 to 2 on more than
+    // one rank, copies the trainable parameters for the drift check (param_check_period).
     const size_t chunk = std::min(full_params, kRestoreChunkFloats * sizeof(float));
     const size_t drift = choice.zero_stage < 3 && world > 1 ? trainable : 0;
-    p.host_copies = rank == 0 ? full_params + 2 * trainable + chunk : std::max(chunk, drift);
+    const size_t start = rank == 0 ? full_params + chunk : chunk;
+    p.host_copies = std::max(start, p.checkpoint_shard + drift);
   }
   p.other += p.kernel_scratch + p.host_copies;
   return p;

@@ -32,9 +32,12 @@ struct MemoryPlan {
   // copies); with bf16 weights the model's parameters are bf16 (2 bytes each, stage 2) and
   // gathered_units also holds the slots stage 2 widens the units in use into. grads: the gradient buffer (0, 1), or at 2 and 3 the shard of the sums + grad_slots, the
   // per-unit slots backward writes and reduce-scatters. other: kernel_scratch (Ops::scratch_bytes) +
-  // host_copies (CPU ranks: a checkpoint's and the drift check's) + bf16_params (the bf16-GEMM
+  // host_copies (CPU ranks: the start's, a checkpoint shard's and the drift check's) + bf16_params (the bf16-GEMM
   // table's copy of the full parameters, zero_stage 0 to 2) + the model's other buffers.
   size_t master_shard = 0, gathered_units = 0, grad_slots = 0, kernel_scratch = 0, host_copies = 0, bf16_params = 0;
+  // This rank's part of a checkpoint (parameters, m, v: its shard file's data), which it copies to
+  // host memory at each checkpoint (on CPU ranks inside host_copies; GPU ranks hold it in host RAM).
+  size_t checkpoint_shard = 0;
   size_t total() const { return params + grads + moments + activations + other; }
   std::string describe() const;  // "6.14 GiB (parameters 0.50, gradients 0.50, ...)"
 };

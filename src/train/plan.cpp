@@ -144,6 +144,8 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   if (gemm_inputs_bf16(ops))
     row("  of which bf16 copy of the parameters", [](const MemoryPlan& p) { return p.bf16_params; });
   if (!gpu) row("  of which host copies (start, checkpoint)", [](const MemoryPlan& p) { return p.host_copies; });
+  row(gpu ? "checkpoint shard (host copy, host RAM)" : "checkpoint shard (in the host copies)",
+      [](const MemoryPlan& p) { return p.checkpoint_shard; });
   row("total", [](const MemoryPlan& p) { return p.total(); });
   if (target.ranks > 1 && !gpu) {  // the others hold the starting parameters on the host, not a checkpoint's moments
     std::vector<size_t> bytes;
@@ -168,6 +170,22 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
                       "unit slots it is reduce-scattered through once per step and this rank's fp32 shard of the "
                       "sums, which AdamW reads beside the fp32 master shard; its saving is in the parameters (bf16) "
                       "and the AdamW moments (sharded); zero_stage 2 drops the full buffer\n");
+
+  // The checkpoint (SPEC §5): one shard file per rank, each rank's 1/world of the parameters (fp32
+  // masters), m and v; with async_checkpointing every rank keeps that copy in host memory.
+  {
+    const MemoryPlan& p = at[static_cast<size_t>(cfg.zero_stage)];
+    size_t largest = 0;
+    for (int r = 0; r < target.ranks; r += std::max(1, target.ranks - 1))  // rank world-1 holds ZeroShard's tail
+      largest = std::max(largest, plan_at(static_cast<int>(cfg.zero_stage), cfg.remat, r).checkpoint_shard);
+    const size_t all =
+        3 * (lora.enabled() ? model::lora_layout(dims, lora).total : model::param_layout(dims).total) * sizeof(float);
+    std::fprintf(out, "plan: checkpoint (zero_stage %lld): %s per rank (up to %s), %s in all, in %d shard file(s)"
+                      " and an index; async_checkpointing keeps that host copy: up to %s per node of %d rank(s)%s\n",
+                 static_cast<long long>(cfg.zero_stage), gib(p.checkpoint_shard).c_str(), gib(largest).c_str(),
+                 gib(all).c_str(), target.ranks, gib(largest * static_cast<size_t>(per_node)).c_str(), per_node,
+                 gpu ? " (host RAM beside the GPU's)" : " (counted above)");
+  }
 
   // The config's own choice, through the real run's check: its log line, or its error.
   const MemoryPlan mine = check_memory(cfg, batch, dims, ops, available, 0, target.ranks, gpu, threads);

@@ -1,9 +1,12 @@
-// src/train/run_restore.cpp — see run_state.h: what a run starts from (restore: a checkpoint, the
-// base and adapters of a LoRA run, load_parameters_path or a seeded init) and what it leaves behind
-// (save_checkpoint, export_hf_dir).
+// src/train/run_restore.cpp — see run_state.h: what a run starts from (restore: a checkpoint, each
+// rank reading its own ranges; the base and adapters of a LoRA run, load_parameters_path or a seeded
+// init, streamed from rank 0) and what it leaves behind (save_checkpoint: one shard per rank, then
+// rank 0's index; export_hf_dir).
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include "hf/peft.h"
 #include "sftdp/check.h"
 #include "sftdp/log.h"
+#include "train/checkpoint_shards.h"
 #include "train/run_state.h"
 
 namespace fs = std::filesystem;
@@ -53,21 +57,77 @@ void convert_cursor(checkpoint::TrainState& s, const std::string& path, int64_t 
 }
 }  // namespace
 
+namespace {
+// Rank 0's strings on every rank (the checkpoints it listed).
+std::vector<std::string> broadcast_strings(comm::Communicator& comm, std::vector<std::string> v) {
+  int64_t n = static_cast<int64_t>(v.size());
+  comm.broadcast_host(&n, sizeof n, 0);
+  v.resize(static_cast<size_t>(n));
+  for (auto& s : v) {
+    int64_t len = static_cast<int64_t>(s.size());
+    comm.broadcast_host(&len, sizeof len, 0);
+    s.resize(static_cast<size_t>(len));
+    if (len > 0) comm.broadcast_host(s.data(), static_cast<size_t>(len), 0);
+  }
+  return v;
+}
+
+// The lowest rank's non-empty message, or "" when every rank's is empty (the same on every rank).
+std::string first_error(const std::vector<std::string>& of_rank) {
+  for (const auto& e : of_rank)
+    if (!e.empty()) return e;
+  return "";
+}
+
+// Resume (SPEC §5): every rank reads its own ranges of the newest checkpoint that loads, trying them
+// newest first; a checkpoint any rank refuses (a damaged or missing shard, a non-finite value) is
+// refused by all, with the lowest refusing rank's message. Returns the one loaded (its state in
+// `state`) and the refused ones, newest first (path, why); throws UserError, on every rank, when
+// there were checkpoints but none loads.
+std::optional<std::string> read_newest(const std::vector<std::string>& candidates, const RunPaths& paths,
+                                       model::Model& model, optim::AdamW& opt, int zero_stage,
+                                       comm::Communicator& comm, checkpoint::TrainState& state,
+                                       std::vector<std::pair<std::string, std::string>>& refused) {
+  for (const auto& path : candidates) {
+    std::string error;
+    try {
+      checkpoint::Reader reader(path, model.trainable_layout());
+      read_into(reader, model, opt, zero_stage, comm.rank(), comm.world());
+      state = reader.state();
+    } catch (const UserError& e) {
+      error = e.what();  // "<file>: <what is wrong>"
+    }
+    const std::string agreed = first_error(comm::allgather_strings(error, "the checkpoint read"));
+    if (agreed.empty()) return path;
+    refused.emplace_back(path, agreed);
+  }
+  if (refused.empty()) return std::nullopt;
+  if (refused.size() == 1) throw UserError(refused.front().second);
+  constexpr size_t kShown = 3;
+  std::string msg = "no checkpoint in " + paths.checkpoint_dir + " can be resumed from (" +
+                    std::to_string(refused.size()) + " refused): ";
+  for (size_t i = 0; i < std::min(refused.size(), kShown); ++i) msg += (i > 0 ? "; " : "") + refused[i].second;
+  if (refused.size() > kShown) msg += "; and " + std::to_string(refused.size() - kShown) + " older ones";
+  throw UserError(msg);
+}
+}  // namespace
+
 checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Model& model,
                                optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
                                int64_t steps_per_epoch) {
   checkpoint::TrainState state;
-  std::vector<float> params, m, v;
-  std::vector<float> base;  // LoRA: the frozen base (params then holds the adapters)
-  int64_t resumed = 0;
+  std::vector<float> params;  // rank 0: a fresh run's starting parameters (adapters under LoRA)
+  std::vector<float> base;    // LoRA: the frozen base
+  std::vector<std::string> candidates;  // the checkpoints to resume from, newest first
+  std::string base_name, base_hash;
   const bool lora = model.lora();
   on_rank0(comm, [&] {
+    if (cfg.resume) candidates = checkpoint::checkpoints_newest_first(paths.checkpoint_dir);
     // A key that cannot change on resume (the model, the adapters, the data order) is refused before
     // anything is read or moved; the newest checkpoint is the one resumed from unless it is damaged.
-    if (cfg.resume)
-      if (const auto newest = checkpoint::newest(paths.checkpoint_dir))
-        if (const auto yaml = checkpoint::read_config(*newest)) config::resume_changes(cfg, *yaml, *newest);
-    std::string base_name, base_hash;
+    if (!candidates.empty())
+      if (const auto yaml = checkpoint::read_config(candidates.front()))
+        config::resume_changes(cfg, *yaml, candidates.front());
     if (lora) {  // the base first: a resumed checkpoint must have been trained on this one
       if (cfg.load_parameters_path.empty()) {
         model::init_params(base, model.layout(), model.dims(), static_cast<uint64_t>(cfg.seed));
@@ -82,10 +142,16 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
       }
       base_hash = model::base_hash(model.layout(), base);
     }
-    // The newest checkpoint that loads; newer damaged ones are moved aside with a warning.
-    const auto loaded =
-        cfg.resume ? checkpoint::load_newest(paths.checkpoint_dir, model.trainable_layout(), params, m, v, state)
-                   : std::nullopt;
+  });
+  if (lora)
+    stream_from_rank0(comm, base, model.layout().total,
+                      [&](size_t b, const float* d, size_t len) { model.set_params_range(b, d, len); });
+  base = {};
+  // Every rank reads only its own ranges (train::read_into): no rank holds the whole model.
+  std::vector<std::pair<std::string, std::string>> refused;
+  const auto loaded = read_newest(broadcast_strings(comm, candidates), paths, model, opt,
+                                  static_cast<int>(cfg.zero_stage), comm, state, refused);
+  on_rank0(comm, [&] {
     if (loaded && lora && state.lora_base_hash != base_hash)
       throw UserError(
           "load_parameters_path: " + *loaded + " holds LoRA adapters trained on the base " +
@@ -93,10 +159,21 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
           (state.lora_base_hash.empty() ? std::string("none: not a LoRA checkpoint") : state.lora_base_hash) +
           "), but this run's base is " + base_name + " (hash " + base_hash +
           "); resume with that base, or use another run_name");
-    state.lora_base = base_name, state.lora_base_hash = base_hash;
     if (loaded) {
+      // Only now, with a checkpoint to resume from, are the refused ones moved: if none loads, they
+      // stay as they were (a changed model config refuses every one of them).
+      for (const auto& [bad, why] : refused) {
+        std::string aside;
+        try {
+          aside = checkpoint::move_aside(bad);
+        } catch (const UserError& e) {
+          throw UserError(why + "; " + e.what());
+        }
+        std::error_code ec;
+        log::warn("%s; resuming from the older %s instead (the refused %s is kept as %s)", why.c_str(),
+                  loaded->c_str(), fs::is_directory(aside, ec) ? "checkpoint" : "file", aside.c_str());
+      }
       convert_cursor(state, *loaded, global_batch, steps_per_epoch);
-      resumed = 1;
       log::info("resuming from %s (step %lld, epoch %lld, step %lld of that epoch)", loaded->c_str(),
                 (long long)state.step, (long long)state.epoch, (long long)state.step_in_epoch);
       for (const auto& c : config::resume_changes(cfg, state.config_yaml, *loaded))
@@ -120,37 +197,19 @@ checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths,
     // Only once the run has what it starts from (a refused start touches nothing), before it writes.
     checkpoint::remove_unfinished_writes(paths.checkpoint_dir);
   });
-  const size_t n = model.trainable_layout().total;
-  if (lora)
-    stream_from_rank0(comm, base, model.layout().total,
-                      [&](size_t b, const float* d, size_t len) { model.set_params_range(b, d, len); });
-  comm.broadcast_host(&resumed, sizeof resumed, 0);
-  if (resumed) {
-    for (int which : {0, 1})
-      stream_from_rank0(comm, which == 0 ? m : v, n,
-                        [&](size_t b, const float* d, size_t len) { opt.set_moment_range(which, b, d, len); });
+  if (loaded) {
+    // Rank 0 converted the cursor (the same on every rank, but it alone logs).
     int64_t cursor[4] = {state.step, state.epoch, state.step_in_epoch, state.optimizer_updates};
     comm.broadcast_host(cursor, sizeof cursor, 0);
     state.step = cursor[0], state.epoch = cursor[1], state.step_in_epoch = cursor[2];
     state.optimizer_updates = cursor[3];
+  } else {
+    stream_from_rank0(comm, params, model.trainable_layout().total,
+                      [&](size_t b, const float* d, size_t len) { model.set_trainable_range(b, d, len); });
   }
+  state.lora_base = base_name, state.lora_base_hash = base_hash;  // rank 0's: what it writes
   state.global_batch = global_batch;
-  stream_from_rank0(comm, params, n, [&](size_t b, const float* d, size_t len) { model.set_trainable_range(b, d, len); });
   return state;
-}
-
-void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
-                     optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state) {
-  std::vector<float> m, v, params;
-  if (opt.moments_collective()) opt.moments_to_host(m, v);  // a collective; rank 0 receives them
-  if (model.params_sharded()) params = model.trainable_to_host();  // likewise
-  if (comm.rank() != 0) return;
-  if (!opt.moments_collective()) opt.moments_to_host(m, v);
-  if (!model.params_sharded()) params = model.trainable_to_host();
-  state.config_yaml = cfg.to_yaml();
-  const auto path = checkpoint::save(paths.checkpoint_dir, model.trainable_layout(), params, m, v, state);
-  checkpoint::prune(paths.checkpoint_dir, cfg.keep_checkpoints);
-  log::info("checkpoint %s", path.c_str());
 }
 
 void export_hf_dir(const config::Config& cfg, const RunPaths& paths, const model::Model& model,

@@ -1,8 +1,8 @@
-// src/train/run_state.h — where a run starts and what it leaves behind: rank 0 reads the starting
-// state (newest checkpoint, load_parameters_path or seeded init), checks the output directory, and
-// every rank receives the same parameters, global moments and data cursor — the vectors streamed in
-// 64 MiB chunks, of which each rank keeps its ZeRO shard (or all of them); rank 0 writes
-// checkpoints, always in the global layout.
+// src/train/run_state.h — where a run starts and what it leaves behind: every rank reads its own
+// ranges of the newest checkpoint that loads (either format, any world size and stage); without one,
+// rank 0 reads the starting parameters (load_parameters_path or seeded init) and streams them in
+// 64 MiB chunks, of which each rank keeps what it holds. Checkpoints are sharded (SPEC §5): every rank
+// writes its own shard file, rank 0 the index last.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -32,18 +32,16 @@ void check_output_directory(const config::Config& cfg, const RunPaths& paths, co
 // of it a rank other than 0 holds on the host (the memory plan counts it).
 inline constexpr size_t kRestoreChunkFloats = size_t{16} << 20;
 
-// The starting state, identical on every rank. Rank 0 resumes from the newest checkpoint that
-// loads (checkpoint::load_newest: damaged newer ones are moved aside with a warning; none loading
-// is a UserError). The data cursor is converted to this run's global batch G when the checkpoint
+// The starting state, identical on every rank. Resume: rank 0 lists the checkpoints newest first;
+// every rank reads its ranges of each in turn (train::read_into) until one loads on every rank (the
+// lowest refusing rank's message otherwise); the newer refused ones are then moved aside by rank 0
+// with a warning; none loading is a UserError on every rank, nothing moved. The data cursor is converted to this run's global batch G when the checkpoint
 // counted in another one (a UserError if it falls inside a step).
 checkpoint::TrainState restore(const config::Config& cfg, const RunPaths& paths, model::Model& model,
                                optim::AdamW& opt, comm::Communicator& comm, int64_t global_batch,
                                int64_t steps_per_epoch);
 
-// Called on every rank (ZeRO-1/2/3 gather the moment shards, and ZeRO-3 the parameter shards, into
-// the global layout first); rank 0 writes step_<S>.h5 atomically and prunes to keep_checkpoints.
-void save_checkpoint(const config::Config& cfg, const RunPaths& paths, const model::Model& model,
-                     optim::AdamW& opt, comm::Communicator& comm, checkpoint::TrainState state);
+// Saving one: train::CheckpointSaver (checkpoint_saver.h).
 
 // Called on every rank (ZeRO-3 gathers the parameters first); rank 0 writes (hf_export) the current
 // parameters as a Hugging Face directory <run_dir>/hf/ (hf::export_hf, as sft_export writes it), or

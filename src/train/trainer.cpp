@@ -6,8 +6,8 @@
 // all-gathered (optim::AdamW); ZeRO-2/3 reduce-scatter during every micro-step's backward and, at
 // stage 3, gather parameters unit by unit (optim::ZeroUnits). allreduce_overlap (zero_stage 0) splits
 // the allreduce into per-bucket ones started during the last micro-step's backward. Rank 0 writes
-// metrics and checkpoints. Everything that can be wrong with the input is checked before anything
-// is written (check_inputs).
+// metrics; every rank writes its own shard of each checkpoint. Everything that can be wrong with the
+// input is checked before anything is written (check_inputs).
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "data/tokenizer_identity.h"
+#include "hf/hf_dir.h"
 #include "kernels/ops.h"
 #include "sftdp/check.h"
 #include "sftdp/checkpoint.h"
@@ -25,6 +26,7 @@
 #include "sftdp/optim.h"
 #include "sftdp/train.h"
 #include "optim/zero_units.h"
+#include "train/checkpoint_saver.h"
 #include "train/device.h"
 #include "train/evaluate.h"
 #include "train/flops.h"
@@ -89,7 +91,7 @@ void check_inputs(const config::Config& cfg, comm::MpiSession& mpi, Inputs& in) 
     if (!cfg.eval_files.empty()) in.eval.emplace(cfg.eval_files, in.T, in.dims.V, in.dims.maxT);
     std::vector<std::string> files = cfg.train_files;
     files.insert(files.end(), cfg.eval_files.begin(), cfg.eval_files.end());
-    const bool hf_dir = std::filesystem::is_directory(cfg.load_parameters_path, ec);
+    const bool hf_dir = hf::is_hf_dir(cfg.load_parameters_path);
     for (const auto& line : data::check_tokenizer_identity(files, hf_dir ? cfg.load_parameters_path : "", in.dims.V))
       log::info("%s", line.c_str());
   });
@@ -295,6 +297,10 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   model::Model& model = *model_ptr;
   model.set_cuda_graphs(cfg.cuda_graphs);
   optim::AdamW opt(model, comm, zero_stage);
+  bool async_checkpoints = false;  // before restore: a refused start touches nothing
+  comm::agree_on_user_errors([&] {
+    async_checkpoints = choose_async_checkpointing(cfg, model, comm, in.dev.gpu, mpi.local_size(), mpi.host());
+  });
   checkpoint::TrainState state = restore(cfg, in.paths, model, opt, comm, plan.global_batch, in.steps_per_epoch);
   set_last_checkpoint_step(state.step > 0 ? state.step : -1);  // for the interrupt lines (stop_signal.h)
   if (comm.rank() == 0) warn_of_steps_trained_again(in.paths, state.step);
@@ -324,6 +330,8 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
 
   if (state.step == 0) run_eval(0);  // the baseline the run is judged against
   data::Batch batch;
+  CheckpointSaver saver(cfg, in.paths, comm, async_checkpoints);
+  saver.allocate(model, opt);
   const StepWork work = step_work(in, comm.world());
   double time_sum = 0;
   int64_t timed_steps = 0;
@@ -363,20 +371,22 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
     }
     if (cfg.eval_interval > 0 && state.step % cfg.eval_interval == 0 && !last) run_eval(state.step);
 
-    // Stop signal (Slurm's pre-timeout USR1, TERM): all ranks agree, then checkpoint and exit.
-    double stop = stop_requested() ? 1.0 : 0.0;
-    comm.allreduce_sum_host(&stop, 1);
+    // Stop signal (Slurm's pre-timeout USR1, TERM): all ranks agree, then checkpoint and exit. The
+    // same allreduce says whether every rank's background checkpoint write has ended: it is then
+    // committed (or its failure agreed, exit 1) here, at the first step boundary after it.
+    double flags[2] = {stop_requested() ? 1.0 : 0.0, saver.written() ? 1.0 : 0.0};
+    comm.allreduce_sum_host(flags, 2);
+    const bool stop = flags[0] > 0;
+    if (saver.in_flight() && flags[1] == comm.world()) saver.finish();
     const bool periodic = cfg.checkpoint_period > 0 && state.step % cfg.checkpoint_period == 0;
-    if (periodic || last || stop > 0) {
-      save_checkpoint(cfg, in.paths, model, opt, comm, state);
-      set_last_checkpoint_step(state.step);
-    }
+    // The final checkpoint and a stop's are written before the run goes on (their own and any in flight).
+    if (periodic || last || stop) saver.save(model, opt, state, last || stop);
     if (last) {  // the final evaluation's line, then the export's
       comm::set_collective_context("at the end of the run");
       run_eval(state.step);
       if (cfg.hf_export) or_abort_job(comm, [&] { export_hf_dir(cfg, in.paths, model, comm); });
     }
-    if (stop > 0 && !last) {
+    if (stop && !last) {
       comm.barrier();
       log::info("stop signal received: checkpoint at step %lld written; resubmit to continue",
                 (long long)state.step);

@@ -31,7 +31,7 @@ std::vector<Config> configs_touching_every_key() {
       "learning_rate=0.30000000000000004", "warmup_steps_fraction=0.25",
       "learning_rate_final_fraction=0", "adam_b1=0.8", "adam_b2=0.999",
       "adam_eps=1.2345678901234567e-09", "adam_weight_decay=0.01",
-      "gradient_clipping_threshold=0.5", "checkpoint_period=10", "keep_checkpoints=4",
+      "gradient_clipping_threshold=0.5", "checkpoint_period=10", "keep_checkpoints=4", "async_checkpointing=false",
       "resume=false", "hf_export=true", "hf_export_tokenizer='tok dir/'", "log_period=3",
       "param_check_period=7"};
   std::vector<std::string> a = common, b = common;

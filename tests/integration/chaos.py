@@ -9,13 +9,22 @@ by a seeded random sequence of faults, each followed by what the job documents (
   usr1                Slurm's pre-timeout USR1 to the batch shell: checkpoint, the job requeues itself
   full_disk           the file system of the run fills: the next checkpoint write fails (exit 1);
                       space freed, resubmitted, it resumes from the checkpoint before
-  damaged_checkpoint  a rank killed and the newest checkpoint damaged on disk before the resubmission:
-                      the run moves it aside (.corrupt) and resumes from the one before
+  damaged_checkpoint  a rank killed and one shard file of the newest checkpoint (a step_<S>/ directory,
+                      SPEC §5) damaged on disk before the resubmission: the run moves the directory
+                      aside (.corrupt) and resumes from the one before
+  kill_in_flight_save a rank killed while a checkpoint is written in the background (async_checkpointing,
+                      the default): the ranks are stopped when a step_<S>/ without index appears, and
+                      one is killed only if it still has none (else they go on to the next save); the
+                      directory stays uncommitted, the resubmission removes it and resumes from the one
+                      before
+  missing_shard       a rank killed and one shard file of the newest checkpoint deleted before the
+                      resubmission: the run names the missing file, moves the directory aside and
+                      resumes from the one before
 
 until the configured steps are done. Then the run must equal an undisturbed 2-node job of the same
 config: final parameters and AdamW moments bitwise, metrics.jsonl and TensorBoard every step exactly
 once with the undisturbed losses, every kept checkpoint readable, no temporary file, no process left
-on any host. Each fault's time lost is from the fault to the resumed run's next step.
+on any host, no step_<S>/ without its index. Each fault's time lost is from the fault to the resumed run's next step.
 The run directory is on a tmpfs mounted before the cluster starts (the hosts see it; the full-disk
 fault fills it), so this needs root, as the cluster does."""
 import glob
@@ -29,13 +38,13 @@ import subprocess
 import sys
 import time
 
-import h5py
 import numpy as np
 
 from harness import SFT_TRAIN, SOURCE, TINY_MODEL, make_data, read_metrics, read_params, write_config
 from slurm_helpers import job_log, metrics_steps, pid_alive
 
-KINDS = ("kill_rank", "stop_rank", "kill_node", "cut_link", "usr1", "full_disk", "damaged_checkpoint")
+KINDS = ("kill_rank", "stop_rank", "kill_node", "cut_link", "usr1", "full_disk", "damaged_checkpoint",
+         "kill_in_flight_save", "missing_shard")
 CPU_SBATCH = os.path.join(SOURCE, "slurm", "cpu.sbatch")
 TWO_NODES = ["--nodes=2", "--ntasks-per-node=2"]
 PERIOD = 5  # a checkpoint every 5 steps
@@ -50,6 +59,30 @@ def mount_tmpfs(path, mib=TMPFS_MIB):
 
 def unmount(path):
     subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+def checkpoints(run_dir):
+    """[(S, path)] of the checkpoints of a run, ascending S: step_<S>/ directories holding index.h5
+    (what sft_train writes) and step_<S>.h5 files (the single-file form)."""
+    found = []
+    for path in glob.glob(f"{run_dir}/checkpoints/step_*"):
+        m = re.fullmatch(r"step_(\d+)(\.h5)?", os.path.basename(path))
+        if m and (os.path.isfile(path) if m[2] else os.path.isfile(f"{path}/index.h5")):
+            found.append((int(m[1]), path))
+    return sorted(found)
+
+
+def uncommitted(run_dir):
+    """step_<S>/ directories without index.h5: a checkpoint being written (or one never finished)."""
+    return sorted(p for p in glob.glob(f"{run_dir}/checkpoints/step_*")
+                  if re.fullmatch(r"step_\d+", os.path.basename(p)) and not os.path.isfile(f"{p}/index.h5"))
+
+
+def checkpoint_bytes(path):
+    """The size of a checkpoint: its file, or every file of its directory."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(path) for n in names)
 
 
 def soak_config(d, out_dir, steps):
@@ -137,9 +170,9 @@ class Soak:
                 with open(fields["StdOut"], errors="replace") as f:
                     f.seek(offset)
                     log = f.read()
-                # "resuming from DIR/step_S.h5 (step S, ..." (a refused newer checkpoint adds a warning
+                # "resuming from DIR/step_S (step S, ..." (a refused newer checkpoint adds a warning
                 # that also says "resuming from the older ..."; the first line is the one that counts).
-                found = list(re.finditer(r"resuming from \S*step_(\d+)\.h5 \(step", log))
+                found = list(re.finditer(r"resuming from \S*step_(\d+)(?:\.h5)? \(step", log))
                 if found:
                     m = found[-1]
                     if re.search(rf"step {int(m[1]) + 1}/", log[m.end():]):
@@ -190,7 +223,7 @@ class Soak:
         metrics lines) until the run ends. Topped up, not filled once: a checkpoint that was being
         written when the disk filled still completes, its rotation frees the oldest one, and a disk
         filled once would have room for every later checkpoint again."""
-        ckpt = max(os.path.getsize(p) for p in glob.glob(f"{self.run_dir}/checkpoints/step_*.h5"))
+        ckpt = max(checkpoint_bytes(p) for _, p in checkpoints(self.run_dir))
         filler = os.path.join(self.out, "filler")
         keep = ckpt // 2
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -226,10 +259,52 @@ class Soak:
         os.kill(self.rng.choice(pids), signal.SIGKILL)
         self.wait_ended(job)
         self.cancel_if_pending(job)
-        newest = max(glob.glob(f"{self.run_dir}/checkpoints/step_*.h5"), key=lambda p: int(p.rsplit("_", 1)[1][:-3]))
-        with open(newest, "r+b") as f:
-            f.truncate(os.path.getsize(newest) // 2)
-        return self.submit(), os.path.basename(newest)
+        step, newest = checkpoints(self.run_dir)[-1]
+        # Which shard: drawn from its own generator, so that the seed's sequence of kinds and steps
+        # stays what it was when a checkpoint was one file.
+        damaged = newest if os.path.isfile(newest) else \
+            random.Random(step).choice(sorted(glob.glob(f"{newest}/shard_*.h5")))
+        with open(damaged, "r+b") as f:
+            f.truncate(os.path.getsize(damaged) // 2)
+        return self.submit(), os.path.relpath(damaged, f"{self.run_dir}/checkpoints")
+
+    def kill_in_flight_save(self, job, timeout=120):
+        pids = self.rank_pids(job)
+        victim = self.rng.choice(pids)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pending = uncommitted(self.run_dir)
+            if not pending:
+                time.sleep(0.001)
+                continue
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            if uncommitted(self.run_dir):  # still being written: the save is in flight
+                os.kill(victim, signal.SIGKILL)
+                for pid in pids:
+                    if pid != victim:
+                        os.kill(pid, signal.SIGCONT)
+                break
+            for pid in pids:  # committed meanwhile: let them go on to the next save
+                os.kill(pid, signal.SIGCONT)
+            while uncommitted(self.run_dir) == pending and time.monotonic() < deadline:
+                time.sleep(0.001)
+        else:
+            raise TimeoutError(f"job {job}: no checkpoint in flight within {timeout} s")
+        self.wait_ended(job)
+        self.cancel_if_pending(job)
+        assert any(not os.path.isfile(f"{p}/index.h5") for p in pending), pending
+        return self.submit(), f"pid {victim} of {len(pids)} during {os.path.basename(pending[-1])}"
+
+    def missing_shard(self, job):
+        pids = self.rank_pids(job)
+        os.kill(self.rng.choice(pids), signal.SIGKILL)
+        self.wait_ended(job)
+        self.cancel_if_pending(job)
+        step, newest = checkpoints(self.run_dir)[-1]
+        gone = random.Random(step).choice(sorted(glob.glob(f"{newest}/shard_*.h5")))
+        os.remove(gone)
+        return self.submit(), os.path.relpath(gone, f"{self.run_dir}/checkpoints")
 
     # --- the soak ---
     def run(self):
@@ -268,7 +343,7 @@ class Soak:
 def compare(run_dir, ref_dir, steps):
     """What must hold at the end; returns a list of problems (empty: nothing lost)."""
     problems = []
-    final = f"checkpoints/step_{steps}.h5"
+    final = f"checkpoints/step_{steps}"
     for group in ("params", "opt/m", "opt/v"):
         a, b = read_params(f"{run_dir}/{final}", group), read_params(f"{ref_dir}/{final}", group)
         differ = [k for k in b if k not in a or not np.array_equal(a[k], b[k])]
@@ -286,16 +361,17 @@ def compare(run_dir, ref_dir, steps):
     if [(e["step"], e["eval_loss"]) for e in evals] != [(e["step"], e["eval_loss"]) for e in revals]:
         problems.append(f"eval lines {[e['step'] for e in evals]} vs {[e['step'] for e in revals]}")
     problems += tensorboard_problems(run_dir, ref_dir)
-    kept = sorted(glob.glob(f"{run_dir}/checkpoints/step_*.h5"))
-    want = [f"{run_dir}/checkpoints/step_{s}.h5" for s in range(steps - 2 * PERIOD, steps + 1, PERIOD)]
+    kept = [p for _, p in checkpoints(run_dir)]
+    want = [f"{run_dir}/checkpoints/step_{s}" for s in range(steps - 2 * PERIOD, steps + 1, PERIOD)]
     if sorted(kept) != sorted(want):
         problems.append(f"checkpoints kept: {[os.path.basename(k) for k in kept]}, expected the newest 3")
     for path in kept:
         try:
-            with h5py.File(path, "r") as f:
-                f["params"]
+            read_params(path)
         except (OSError, KeyError) as e:
             problems.append(f"{path}: unreadable ({e})")
+    if uncommitted(run_dir):
+        problems.append(f"checkpoint directories without an index left: {uncommitted(run_dir)}")
     temps = [p for p in glob.glob(f"{run_dir}/**/*", recursive=True) + glob.glob(f"{run_dir}/**/.*", recursive=True)
              if ".tmp" in os.path.basename(p)]
     if temps:

@@ -106,8 +106,43 @@ def read_metrics(run_dir):
 
 
 def read_params(path, group="params"):
+    """One group ("params", "opt/m", "opt/v") of a checkpoint, {tensor name: array}: a single file
+    step_<S>.h5, or a sharded step_<S>/ directory (SPEC §5: the pieces the index names, put together)."""
+    if os.path.isdir(path):
+        return read_sharded(path, group)
     with h5py.File(path, "r") as f:
         return {k: f[group][k][...] for k in f[group].keys()}
+
+
+def read_sharded(step_dir, group="params"):
+    """read_params of a sharded checkpoint directory, straight from its files (no sft-dp code)."""
+    g = {"params": "params", "opt/m": "m", "opt/v": "v"}[group]
+    with h5py.File(f"{step_dir}/index.h5", "r") as index:
+        names = [n.decode() if isinstance(n, bytes) else n for n in index["tensors/names"][...]]
+        shapes = [[d for d in row if d >= 0] for row in index["tensors/shapes"][...]]
+        pieces = index[f"pieces/{g}"][...]
+    flat = {n: np.full(int(np.prod(s)), np.nan, np.float32) for n, s in zip(names, shapes)}
+    shards = {}
+    try:
+        for t, start, count, r in pieces:
+            if r not in shards:
+                shards[r] = h5py.File(f"{step_dir}/shard_{r}.h5", "r")
+            flat[names[t]][start:start + count] = shards[r][g][f"{names[t]}@{start}"][...]
+    finally:
+        for f in shards.values():
+            f.close()
+    return {n: flat[n].reshape(s) for n, s in zip(names, shapes)}
+
+
+def checkpoint_path(run_dir, step):
+    """Where sft_train writes the checkpoint of `step` (SPEC §5: a sharded directory)."""
+    return f"{run_dir}/checkpoints/step_{step}"
+
+
+def checkpoint_state(path):
+    """The root attributes of a checkpoint (file, or a directory's index)."""
+    with h5py.File(f"{path}/index.h5" if os.path.isdir(path) else path, "r") as f:
+        return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
 
 
 def max_rel(a, b):

@@ -255,7 +255,7 @@ def assert_same_metrics(run_dir, ref_dir, what, rel=1e-6, from_step=0, to_step=N
 
 
 def assert_final_params_equal(run_dir, ref_dir, step, what):
-    a = read_params(f"{run_dir}/checkpoints/step_{step}.h5")
-    b = read_params(f"{ref_dir}/checkpoints/step_{step}.h5")
+    a = read_params(f"{run_dir}/checkpoints/step_{step}")
+    b = read_params(f"{ref_dir}/checkpoints/step_{step}")
     differ = [k for k in b if not np.array_equal(a[k], b[k])]
     assert not differ, f"{what}: final parameters not bitwise equal: {differ}"

@@ -111,10 +111,10 @@ def test_user_error(env, args, must_mention, np_, out_dir):
 
 @pytest.fixture(scope="module")
 def corrupt_checkpoint(env):
-    """A finished 2-step run whose newest checkpoint's superblock is overwritten."""
+    """A finished 2-step run whose newest checkpoint's shard file has its superblock overwritten."""
     d = env["d"]
     run_train(env["cfg"], {"base_output_directory": f"{d}/ck"})
-    ck = f"{d}/ck/e/checkpoints/step_2.h5"
+    ck = f"{d}/ck/e/checkpoints/step_2/shard_0.h5"
     with open(ck, "r+b") as f:
         f.seek(0)
         f.write(b"garbage!")
@@ -129,17 +129,17 @@ def sha256(path):
 def test_corrupt_checkpoint(env, corrupt_checkpoint):
     d, (ck, before, listing) = env["d"], corrupt_checkpoint
     p = run_train(env["cfg"], {"base_output_directory": f"{d}/ck", "steps": 4}, check=False)
-    assert p.returncode == 2 and "step_2.h5" in p.stderr, f"corrupt checkpoint: exit 2 naming it\n{p.stderr}"
+    assert p.returncode == 2 and "step_2/shard_0.h5" in p.stderr, f"corrupt checkpoint: exit 2 naming its shard\n{p.stderr}"
     assert sha256(ck) == before, "corrupt checkpoint left as it was"
     assert sorted(os.listdir(f"{d}/ck/e/checkpoints")) == listing, "no checkpoint written"
 
 
 def test_corrupt_checkpoint_two_ranks(env, corrupt_checkpoint):
-    """Rank 0 reads the checkpoint for every rank: on 2 ranks the same error, printed once, exit 2."""
+    """Every rank reads its part; the ranks agree on the refusal: on 2 ranks one error line, exit 2."""
     d, (ck, before, _) = env["d"], corrupt_checkpoint
     p = run_train(env["cfg"], {"base_output_directory": f"{d}/ck", "steps": 4}, np_=2, check=False)
     errs = [l for l in p.stderr.splitlines() if l.startswith("error:")]
-    assert p.returncode == 2 and len(errs) == 1 and "step_2.h5" in errs[0], \
+    assert p.returncode == 2 and len(errs) == 1 and "step_2/shard_0.h5" in errs[0], \
         f"corrupt checkpoint on 2 ranks: exit 2, one line\n{p.stderr}"
     assert sha256(ck) == before, "still untouched after 2 ranks"
 
@@ -197,4 +197,4 @@ def test_a_closed_output_pipe_does_not_end_the_run(env):
     finally:
         os.close(write_end)
     assert p.returncode == 0, f"exit status {p.returncode}, want 0\n{p.stderr[-3000:]}"
-    assert "step_2.h5" in os.listdir(f"{d}/closed/e/checkpoints"), "the run reached its end"
+    assert "step_2" in os.listdir(f"{d}/closed/e/checkpoints"), "the run reached its end"

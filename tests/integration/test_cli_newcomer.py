@@ -27,7 +27,7 @@ def checkpoint(workdir):
                        train_files=f"{d}/train.h5", max_target_length=16, global_batch_size=4, steps=1,
                        hardware="cpu")
     run_train(cfg)
-    return f"{d}/out/r/checkpoints/step_1.h5"
+    return f"{d}/out/r/checkpoints/step_1"
 
 
 def test_export_creates_missing_parent_directories(checkpoint, workdir):

@@ -8,6 +8,7 @@
 Tiny GPT-2 runs of 1-4 steps on one CPU rank."""
 import hashlib
 import os
+import shutil
 import subprocess
 
 import h5py
@@ -55,7 +56,7 @@ def test_trl_names_are_read_as_sft_dp_keys_with_a_line_each(env):
                      "config: warmup_ratio=0.5 read as warmup_steps_fraction=0.5",
                      "config: max_steps=2 read as steps=2",
                      "config: lr_scheduler_type=constant_with_warmup read as learning_rate_final_fraction=1.0"], p.stdout
-    with h5py.File(f"{d}/trl/r/checkpoints/step_2.h5", "r") as f:
+    with h5py.File(f"{d}/trl/r/checkpoints/step_2/index.h5", "r") as f:
         stored = f.attrs["config"]
         stored = stored.decode() if isinstance(stored, bytes) else stored
     assert "warmup_steps_fraction: 0.5\n" in stored and "per_device_batch_size: 4\n" in stored
@@ -75,7 +76,7 @@ def test_resume_lists_what_changed_and_refuses_another_model(env):
     before = tree_digest(f"{d}/resume")
     p = run_train(cfg, dict(out, steps=4, num_decoder_layers=3), check=False)
     assert p.returncode == 2 and error_lines(p) == [
-        f"error: num_decoder_layers: cannot change when resuming: {d}/resume/r/checkpoints/step_2.h5 was trained "
+        f"error: num_decoder_layers: cannot change when resuming: {d}/resume/r/checkpoints/step_2 was trained "
         "with 2, this run has 3 (its tensors are that model's); set it back, or start a new run under another "
         "run_name"], p.stderr
     assert tree_digest(f"{d}/resume") == before, "a refused resume writes, moves and deletes nothing"
@@ -89,7 +90,7 @@ def test_model_name_beside_a_hugging_face_directory(env):
     d, cfg = env["d"], env["cfg"]
     run_train(cfg, {"base_output_directory": f"{d}/base"})
     hf = f"{d}/hf_tiny"
-    subprocess.run([SFT_EXPORT, f"{d}/base/r/checkpoints/step_2.h5", hf], check=True, capture_output=True)
+    subprocess.run([SFT_EXPORT, f"{d}/base/r/checkpoints/step_2", hf], check=True, capture_output=True)
     p = run_train(cfg, {"base_output_directory": f"{d}/hub", "load_parameters_path": hf,
                         "model_name": "Qwen/Qwen2.5-0.5B"}, check=False)
     errs = error_lines(p)
@@ -112,7 +113,7 @@ def test_the_final_eval_line_comes_before_the_export_line(env):
     lines = p.stdout.splitlines()
     final_eval = [i for i, line in enumerate(lines) if line.startswith("step 2 | eval_loss ")]
     export = [i for i, line in enumerate(lines) if line.startswith("hugging face model ")]
-    checkpoint = [i for i, line in enumerate(lines) if line.startswith("checkpoint ") and "step_2.h5" in line]
+    checkpoint = [i for i, line in enumerate(lines) if line.startswith("checkpoint ") and "step_2" in line]
     assert len(final_eval) == 1 and len(export) == 1 and len(checkpoint) == 1, p.stdout
     assert checkpoint[0] < final_eval[0] < export[0], "checkpoint, then the final evaluation, then the export\n" + \
         p.stdout
@@ -124,7 +125,7 @@ def test_steps_logged_beyond_the_checkpoint_are_said_to_be_trained_again(env):
     d, cfg = env["d"], env["cfg"]
     out = {"base_output_directory": f"{d}/lost", "steps": 4, "checkpoint_period": 2}
     run_train(cfg, out)
-    os.remove(f"{d}/lost/r/checkpoints/step_4.h5")  # as if killed before writing it
+    shutil.rmtree(f"{d}/lost/r/checkpoints/step_4")  # as if killed before writing it
     p = run_train(cfg, out)
     assert (f"warning: {d}/lost/r/metrics.jsonl logged steps up to 4 but the checkpoint resumed from is step 2: "
             "steps 3-4 are trained again (the run that logged them ended without a checkpoint after them: killed, "

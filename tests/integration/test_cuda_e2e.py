@@ -86,7 +86,7 @@ def runs(cfg, workdir):
             out = f"{workdir}/{name}"
             run_train(cfg[model], dict(keys, base_output_directory=out), np_=world, env_extra=sim_env(name),
                       timeout=900)
-            ck = f"{out}/e/checkpoints/step_{STEPS}.h5"
+            ck = f"{out}/e/checkpoints/step_{STEPS}"
             done[name] = (read_metrics(f"{out}/e")[0], {g: read_params(ck, g) for g in ("params", "opt/m", "opt/v")})
         return done[name]
     return get
@@ -205,7 +205,7 @@ def test_bf16_weights_are_bf16_parameters_with_fp32_masters(cfg, runs, workdir, 
     # masters and moments came back exactly; a bf16-rounded checkpoint would not continue it).
     out = f"{workdir}/resume_bf16w"
     shutil.copytree(f"{workdir}/gpt2_gpu_bf16w_w2_ga2_zero3", out)
-    os.remove(f"{out}/e/checkpoints/step_{STEPS}.h5")
+    shutil.rmtree(f"{out}/e/checkpoints/step_{STEPS}")
     with open(f"{out}/e/metrics.jsonl") as f:
         kept = [line for line in f if json.loads(line).get("step", 0) <= 3 and "eval_loss" not in line]
     with open(f"{out}/e/metrics.jsonl", "w") as f:
@@ -213,8 +213,8 @@ def test_bf16_weights_are_bf16_parameters_with_fp32_masters(cfg, runs, workdir, 
     p = run_train(cfg["gpt2"], {"base_output_directory": out, "hardware": "gpu", "weight_dtype": "bfloat16",
                                 "zero_stage": 2, "gradient_accumulation_steps": 2}, np_=2,
                   env_extra=sim_env("resume_bf16w"), timeout=900)
-    assert "step_3.h5" in p.stdout and "parameters stored as bf16" in p.stdout, p.stdout
-    resumed = (read_metrics(f"{out}/e")[0], {g: read_params(f"{out}/e/checkpoints/step_{STEPS}.h5", g)
+    assert "step_3" in p.stdout and "parameters stored as bf16" in p.stdout, p.stdout
+    resumed = (read_metrics(f"{out}/e")[0], {g: read_params(f"{out}/e/checkpoints/step_{STEPS}", g)
                                              for g in ("params", "opt/m", "opt/v")})
     assert bitwise(resumed, z3)
 
@@ -281,18 +281,18 @@ def test_resume_across_hardware_continues_the_trajectory(cfg, runs, workdir, fir
     # The run as a crash after step 3 leaves it (checkpoints at 3 and 6: drop 6 and what followed 3).
     out = f"{workdir}/resume_{first}_to_{then}"
     shutil.copytree(f"{workdir}/gpt2_{first}", out)
-    os.remove(f"{out}/e/checkpoints/step_{STEPS}.h5")
+    shutil.rmtree(f"{out}/e/checkpoints/step_{STEPS}")
     with open(f"{out}/e/metrics.jsonl") as f:
         kept = [line for line in f if json.loads(line).get("step", 0) <= 3 and "eval_loss" not in line]
     with open(f"{out}/e/metrics.jsonl", "w") as f:
         f.writelines(kept)
     p = run_train(cfg["gpt2"], {"base_output_directory": out, "hardware": then}, env_extra=sim_env("resume"),
                   timeout=900)
-    assert "resuming from" in p.stdout and "step_3.h5" in p.stdout, p.stdout
+    assert "resuming from" in p.stdout and "step_3" in p.stdout, p.stdout
     resumed = read_metrics(f"{out}/e")[0]
     assert [m["step"] for m in resumed] == list(range(1, STEPS + 1))
     assert rel(losses(resumed), losses(straight[0])) <= 1e-5
-    params = read_params(f"{out}/e/checkpoints/step_{STEPS}.h5")
+    params = read_params(f"{out}/e/checkpoints/step_{STEPS}")
     assert max_rel(params, straight[1]["params"]) <= 1e-4
 
 

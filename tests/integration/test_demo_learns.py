@@ -35,7 +35,7 @@ def demo(workdir):
                            capture_output=True, text=True, env=env, timeout=600)
     assert train.returncode == 0, train.stdout + train.stderr
     run = f"{workdir}/out/{cfg['run_name']}"
-    return data, run, f"{run}/checkpoints/step_{cfg['steps']}.h5"
+    return data, run, f"{run}/checkpoints/step_{cfg['steps']}"
 
 
 def test_eval_prompts_are_held_out(demo):

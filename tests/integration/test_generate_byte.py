@@ -11,12 +11,11 @@ import os
 import subprocess
 import sys
 
-import h5py
 import numpy as np
 import pytest
 import torch
 
-from harness import BUILD, make_data, run_train, write_config
+from harness import BUILD, make_data, read_params, run_train, write_config
 
 SOURCE = os.environ.get("SFTDP_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../.."))
 sys.path.insert(0, os.path.join(SOURCE, "tests/model"))
@@ -39,12 +38,11 @@ def ckpt(workdir):
     with open(f"{d}/eval.jsonl", "w") as f:
         for p in PROMPTS:
             f.write(json.dumps({"prompt": p, "completion": "?"}) + "\n")
-    return f"{d}/out/byte/checkpoints/step_3.h5"
+    return f"{d}/out/byte/checkpoints/step_3"
 
 
 def reference_greedy(ckpt, ids, new=64):
-    with h5py.File(ckpt, "r") as f:
-        p = {k: torch.tensor(f["params"][k][...], dtype=torch.float64) for k in f["params"].keys()}
+    p = {k: torch.tensor(v, dtype=torch.float64) for k, v in read_params(ckpt).items()}
     L = 1 + max(int(k.split(".")[1]) for k in p if k.startswith("h."))
     ids, out = list(ids), []
     while len(out) < new:

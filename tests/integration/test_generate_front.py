@@ -52,7 +52,7 @@ def setup(workdir):
     tok = make_tokenizer(f"{d}/tok", CHATML)
     make_tokenizer(f"{d}/escape", ESCAPE)
     make_tokenizer(f"{d}/newer", NEWER)
-    return d, f"{d}/out/front/checkpoints/step_1.h5", tok
+    return d, f"{d}/out/front/checkpoints/step_1", tok
 
 
 def generate(*args):

@@ -179,7 +179,7 @@ def test_a_lora_checkpoint_generates_what_its_merged_export_does(models):
                        global_batch_size=8, steps=2, learning_rate=0.05, hardware="cpu", enable_data_shuffling=False,
                        base_output_directory=f"{d}/out", run_name="lora", warmup_steps_fraction=0.0)
     run_train(cfg)
-    ckpt = f"{d}/out/lora/checkpoints/step_2.h5"
+    ckpt = f"{d}/out/lora/checkpoints/step_2"
     subprocess.run([SFT_EXPORT, ckpt, f"{d}/merged", "--merge"], check=True, capture_output=True)
     model = load(f"{d}/merged")
     want = [hf_generate(model, p) for p in PROMPTS]

@@ -82,7 +82,7 @@ def test_import_loss_and_gradients_match_transformers(env, note):
     assert loss_rel <= 1e-5, (train[0]["loss"], loss.item())
 
     p0 = spec_of_hf({k: v.numpy() for k, v in model.state_dict().items()})
-    p1 = read_params(f"{d}/out/grad/checkpoints/step_1.h5")
+    p1 = read_params(f"{d}/out/grad/checkpoints/step_1")
     lr, eps = train[0]["lr"], 1e3
     assert lr == 1e5
     expected_delta = {k: -lr * g / (np.abs(g) + eps) for k, g in g_hf.items()}
@@ -96,7 +96,7 @@ def test_export_loads_in_transformers_bitwise_round_trip(env, note):
     d, model, base = env
     cfg = write_config(f"{d}/rt.yml", **base, run_name="rt", learning_rate=0.0)
     run_train(cfg)  # lr 0: the step-1 checkpoint holds the imported weights unchanged
-    ckpt = f"{d}/out/rt/checkpoints/step_1.h5"
+    ckpt = f"{d}/out/rt/checkpoints/step_1"
     os.makedirs(f"{d}/tok")
     json.dump({"model_max_length": T}, open(f"{d}/tok/tokenizer_config.json", "w"))
     p = subprocess.run([SFT_EXPORT, ckpt, f"{d}/export/", "--tokenizer", f"{d}/tok"], capture_output=True, text=True)
@@ -125,7 +125,7 @@ def test_export_loads_in_transformers_bitwise_round_trip(env, note):
     cfg = write_config(f"{d}/tr.yml", **dict(base, steps=2), run_name="tr", learning_rate=1e-2,
                        eval_files=f"{d}/eval.h5")
     run_train(cfg)
-    assert subprocess.run([SFT_EXPORT, f"{d}/out/tr/checkpoints/step_2.h5", f"{d}/export2"]).returncode == 0
+    assert subprocess.run([SFT_EXPORT, f"{d}/out/tr/checkpoints/step_2", f"{d}/export2"]).returncode == 0
     _, evals = read_metrics(f"{d}/out/tr")
     import h5py
     with h5py.File(f"{d}/eval.h5") as f:
@@ -155,7 +155,7 @@ def test_hf_export_at_end_of_training(env, note):
     out = f"{d}/out/end"
     assert sorted(os.listdir(f"{out}/hf")) == ["config.json", "generation_config.json", "model.safetensors",
                                                "tokenizer_config.json"]
-    ckpt = f"{out}/checkpoints/step_2.h5"
+    ckpt = f"{out}/checkpoints/step_2"
     assert subprocess.run([SFT_EXPORT, ckpt, f"{d}/end_export"]).returncode == 0
     ours, theirs = load_file(f"{out}/hf/model.safetensors"), load_file(f"{d}/end_export/model.safetensors")
     assert set(ours) == set(theirs) and all(torch.equal(ours[k], theirs[k]) for k in ours)
@@ -174,7 +174,7 @@ def test_hf_export_at_end_of_training(env, note):
     # Resumed for one more step: hf/ is replaced by the step-3 model.
     run_train(write_config(f"{d}/end3.yml", **dict(run, steps=3), hf_export=True))
     assert sorted(os.listdir(f"{out}/hf")) == ["config.json", "generation_config.json", "model.safetensors"]
-    p3 = read_params(f"{out}/checkpoints/step_3.h5")
+    p3 = read_params(f"{out}/checkpoints/step_3")
     wte = load_file(f"{out}/hf/model.safetensors")["transformer.wte.weight"].numpy()
     assert np.array_equal(wte, p3["wte"])
 
@@ -188,7 +188,7 @@ def test_fp16_bf16_load(env):
         cfg = write_config(f"{d}/{tag}.yml", **dict(base, load_parameters_path=f"{d}/{tag}"), run_name=tag,
                            learning_rate=0.0)
         run_train(cfg)
-        got = read_params(f"{d}/out/{tag}/checkpoints/step_1.h5")
+        got = read_params(f"{d}/out/{tag}/checkpoints/step_1")
         want = spec_of_hf({k: v.float().numpy() for k, v in sd.items()})
         for k in want:
             assert np.array_equal(got[k], want[k]), (tag, k)
@@ -208,7 +208,7 @@ def test_sharded_index_and_gpt2model_names(env):
         cfg = write_config(f"{d}/{tag}.yml", **dict(base, load_parameters_path=f"{d}/{tag}/"), run_name=tag,
                            learning_rate=0.0)
         run_train(cfg)
-        got = read_params(f"{d}/out/{tag}/checkpoints/step_1.h5")
+        got = read_params(f"{d}/out/{tag}/checkpoints/step_1")
         for k in want:
             assert np.array_equal(got[k], want[k]), (tag, k)
 
@@ -282,7 +282,7 @@ def test_bad_hf_dirs_exit_2_naming_file_and_tensor(env):
     shutil.copytree(f"{d}/hf", f"{d}/gone")
     run_train(cfg)
     shutil.rmtree(f"{d}/gone")
-    p = subprocess.run([SFT_EXPORT, f"{d}/out/gone/checkpoints/step_1.h5", f"{d}/export_gone"], capture_output=True,
+    p = subprocess.run([SFT_EXPORT, f"{d}/out/gone/checkpoints/step_1", f"{d}/export_gone"], capture_output=True,
                        text=True)
-    assert p.returncode == 2 and "no longer exists" in p.stderr and "step_1.h5" in p.stderr, p.stderr
+    assert p.returncode == 2 and "no longer exists" in p.stderr and "step_1" in p.stderr, p.stderr
     assert not os.path.exists(f"{d}/export_gone")

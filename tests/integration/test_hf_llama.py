@@ -266,7 +266,7 @@ def test_loss_and_gradients_match_transformers(env, note, name):
             assert abs(losses["reference"] - hf_loss.item()) <= 1e-12 * hf_loss.item()  # the reference is right
             assert max_rel(grads["reference"], grads["transformers"]) <= 1e-12
 
-        p1 = read_params(f"{d}/out/{run}/checkpoints/step_1.h5")
+        p1 = read_params(f"{d}/out/{run}/checkpoints/step_1")
         assert set(p1) == set(p0), (sorted(set(p1) ^ set(p0)))
         lr = train[0]["lr"]
         assert lr == 1e5
@@ -293,7 +293,7 @@ def test_export_round_trip_and_trained_model(env, note, name):
     run_train(write_config(f"{d}/{run}.yml", **base, load_parameters_path=src, train_files=f"{d}/masked.h5",
                            run_name=run, learning_rate=0.0))
     out = f"{d}/{name}_export"
-    p = subprocess.run([SFT_EXPORT, f"{d}/out/{run}/checkpoints/step_1.h5", out], capture_output=True, text=True)
+    p = subprocess.run([SFT_EXPORT, f"{d}/out/{run}/checkpoints/step_1", out], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert sorted(os.listdir(out)) == ["config.json", "generation_config.json", "model.safetensors"]
     orig, back = load_file(f"{src}/model.safetensors"), load_file(f"{out}/model.safetensors")
@@ -319,7 +319,7 @@ def test_export_round_trip_and_trained_model(env, note, name):
     run_train(write_config(f"{d}/{run}.yml", **dict(base, steps=2), load_parameters_path=src,
                            train_files=f"{d}/masked.h5", run_name=run, learning_rate=1e-2,
                            eval_files=f"{d}/eval.h5", hf_export=True))
-    ckpt = f"{d}/out/{run}/checkpoints/step_2.h5"
+    ckpt = f"{d}/out/{run}/checkpoints/step_2"
     out2 = f"{d}/{name}_export2"
     assert subprocess.run([SFT_EXPORT, ckpt, out2]).returncode == 0
     ours, theirs = load_file(f"{d}/out/{run}/hf/model.safetensors"), load_file(f"{out2}/model.safetensors")
@@ -372,7 +372,7 @@ def test_mistral_sharded_bare_names_and_defaults(env):
     for tag, want in [("sharded", p0), ("mistral", p0), ("defaults", p0), ("bare", pt)]:
         run_train(write_config(f"{d}/{tag}.yml", **base, load_parameters_path=f"{d}/{tag}/",
                                train_files=f"{d}/masked.h5", run_name=tag, learning_rate=0.0))
-        got = read_params(f"{d}/out/{tag}/checkpoints/step_1.h5")
+        got = read_params(f"{d}/out/{tag}/checkpoints/step_1")
         assert set(got) == set(want), tag
         for k in want:
             assert np.array_equal(got[k], want[k]), (tag, k)

@@ -111,7 +111,7 @@ def test_the_readme_path_runs_on_the_installed_libraries(path, note):
     assert len(train) == 4 and evals and np.isfinite(evals[-1]["eval_loss"])
     # 3. export with the tokenizer beside it
     export = f"{d}/my-model"
-    p = subprocess.run([SFT_EXPORT, f"{d}/out/qwen3/checkpoints/step_4.h5", export, "--tokenizer", model],
+    p = subprocess.run([SFT_EXPORT, f"{d}/out/qwen3/checkpoints/step_4", export, "--tokenizer", model],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     with open(f"{export}/config.json") as f:

@@ -9,13 +9,14 @@ W + (α/r)·B·A (checked here in numpy, GPT-2's Conv1D transposition included);
 one error line and exit 2."""
 import json
 import os
+import shutil
 
 import h5py
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from harness import (BUILD, TINY_MODEL, make_data, max_rel, read_metrics, read_params, run_train,
+from harness import (BUILD, TINY_MODEL, checkpoint_state, make_data, max_rel, read_metrics, read_params, run_train,
                      write_config, write_init_params)
 
 LLAMA = dict(model_name="llama-tiny", decoder_block="qwen3", tie_word_embeddings=False, vocab_size=64)
@@ -43,7 +44,7 @@ def env(workdir):
 
 
 def final_checkpoint(run_dir, step):
-    return f"{run_dir}/checkpoints/step_{step}.h5"
+    return f"{run_dir}/checkpoints/step_{step}"
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +75,16 @@ def test_every_split_trains_the_same_adapters(split_runs):
 
 def test_checkpoint_holds_only_adapters_and_names_the_base(split_runs):
     _, run_dir = split_runs[(1, 1, 0)]
-    with h5py.File(final_checkpoint(run_dir, STEPS)) as f:
-        names = sorted(f["params"].keys())
-        assert names and all(".lora_A" in n or ".lora_B" in n for n in names), names
-        assert "h.1.self_attn.k_proj.lora_B" in names and "h.0.mlp.down_proj.lora_A" in names
-        assert sorted(f["opt/m"].keys()) == names
-        assert f.attrs["lora_base"].startswith("seeded initialisation")
-        assert len(f.attrs["lora_base_hash"]) == 16
-        assert f["params/h.0.self_attn.q_proj.lora_A"].shape == (4, 64)  # llama-tiny: C = 64
+    ck = final_checkpoint(run_dir, STEPS)
+    params = read_params(ck)
+    names = sorted(params)
+    assert names and all(".lora_A" in n or ".lora_B" in n for n in names), names
+    assert "h.1.self_attn.k_proj.lora_B" in names and "h.0.mlp.down_proj.lora_A" in names
+    assert sorted(read_params(ck, "opt/m")) == names
+    attrs = checkpoint_state(ck)
+    assert attrs["lora_base"].startswith("seeded initialisation")
+    assert len(attrs["lora_base_hash"]) == 16
+    assert params["h.0.self_attn.q_proj.lora_A"].shape == (4, 64)  # llama-tiny: C = 64
 
 
 def test_resume_at_another_world_size_and_ga_continues_the_run(env, split_runs):
@@ -89,9 +92,9 @@ def test_resume_at_another_world_size_and_ga_continues_the_run(env, split_runs):
     # 4 ranks × GA 1 to the end with a checkpoint at step 10; the last one removed, 2 ranks × GA 2
     # redo steps 11..20 from step 10's (the same schedule: steps stays 20).
     run_train(cfg, {"run_name": "resumed", "checkpoint_period": 10}, np_=4)
-    os.remove(final_checkpoint(f"{d}/out/resumed", STEPS))
+    shutil.rmtree(final_checkpoint(f"{d}/out/resumed", STEPS))
     p = run_train(cfg, {"run_name": "resumed", "gradient_accumulation_steps": 2}, np_=2)
-    assert "resuming from" in p.stdout and "step_10.h5" in p.stdout, p.stdout
+    assert "resuming from" in p.stdout and "step_10" in p.stdout, p.stdout
     _, ref_dir = split_runs[(1, 1, 0)]
     got = read_params(final_checkpoint(f"{d}/out/resumed", STEPS))
     assert max_rel(got, read_params(final_checkpoint(ref_dir, STEPS))) <= 1e-5

@@ -120,7 +120,7 @@ def test_a_peft_adapter_loads_and_its_gradients_are_pefts(env, family, note):
     torch_grads = {sftdp_name(n): p.grad.numpy() for n, p in model.named_parameters() if "lora_" in n}
     assert len(torch_grads) == 2 * L * FAMILIES[family][2]
     before = {sftdp_name(k): v for k, v in load_file(f"{d}/{family}_peft/adapter_model.safetensors").items()}
-    after = read_params(f"{d}/out/{family}_in/checkpoints/step_1.h5")
+    after = read_params(f"{d}/out/{family}_in/checkpoints/step_1")
     assert sorted(after) == sorted(torch_grads)
     num = den = 0.0
     for k, want in torch_grads.items():
@@ -139,7 +139,7 @@ def test_exported_adapter_is_pefts_and_merge_is_merge_and_unload(env, family):
     d = env
     run_train(config(d, family, run_name=f"{family}_out", steps=3, learning_rate=3e-2))
     final = read_metrics(f"{d}/out/{family}_out")[1][-1]["eval_loss"]
-    ckpt = f"{d}/out/{family}_out/checkpoints/step_3.h5"
+    ckpt = f"{d}/out/{family}_out/checkpoints/step_3"
     export = os.path.join(BUILD, "sft_export")
     subprocess.run([export, ckpt, f"{d}/{family}_adapter"], check=True, capture_output=True)
     subprocess.run([export, ckpt, f"{d}/{family}_merged", "--merge"], check=True, capture_output=True)

@@ -94,7 +94,7 @@ def test_recipe_trains_one_step_on_a_tiny_standin(recipe, workdir):
     p = run_train(recipe, overrides, timeout=120)
     run_name = recipe_key(recipe, "run_name")
     run_dir = os.path.join(d, "out", run_name)
-    assert os.path.exists(os.path.join(run_dir, "checkpoints", "step_1.h5")), p.stdout[-2000:]
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "step_1")), p.stdout[-2000:]
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         steps = [line for line in f if '"loss"' in line]
     assert len(steps) == 1

@@ -36,7 +36,7 @@ def runs(workdir):
                 eval_files=f"{workdir}/eval.h5", eval_interval=2, max_target_length=16, global_batch_size=4,
                 gradient_accumulation_steps=2, steps=STEPS, learning_rate=3e-3, hardware="cpu", seed=3))
             p = run_train(cfg, {"remat": remat})
-            ck = f"{out}/r/checkpoints/step_{STEPS}.h5"
+            ck = f"{out}/r/checkpoints/step_{STEPS}"
             done[(model, remat)] = (p.stdout + p.stderr, read_metrics(f"{out}/r"),
                                     {g: read_params(ck, g) for g in ("params", "opt/m", "opt/v")})
         return done[(model, remat)]

@@ -1,17 +1,22 @@
 """Resume is bit-perfect (docs/SPEC.md §5): 6 steps straight vs 3 steps, a crash, and an automatic
 resume from the step-3 checkpoint for the last 3 give bitwise-identical parameters, AdamW moments
-and metrics (loss, lr, grad_norm, weight_sum). The loss also falls over 20 steps.
+and metrics (loss, lr, grad_norm, weight_sum). sft_train writes sharded checkpoints (step_<S>/,
+SPEC §5); the single-file form (sft_export --consolidate) resumes to the same bits. The loss also
+falls over 20 steps.
 
 Every check runs for two models: gpt2-tiny, and a Llama-family one (issue 10) on packed rows (two
 segments a row, positions restarting at 0): llama-tiny with Qwen2's q/k/v biases and an untied LM
 head, so lm_head.weight and the biases' AdamW moments go through the checkpoint too."""
+import json
 import os
+import shutil
+import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
-from harness import TINY_MODEL, make_data, read_metrics, read_params, run_train, write_config
+from harness import BUILD, TINY_MODEL, make_data, read_metrics, read_params, run_train, write_config
 
 
 # model -> (model keys, extra make_data arguments)
@@ -55,7 +60,7 @@ def runs(model, cfg):
     # The broken run: same 6-step schedule, but the process "dies" after the step-3 checkpoint.
     run_train(cfg, {"base_output_directory": f"{d}/broken"})
     broken = f"{d}/broken/r"
-    os.remove(f"{broken}/checkpoints/step_6.h5")
+    shutil.rmtree(f"{broken}/checkpoints/step_6")
     with open(f"{broken}/metrics.jsonl") as f:
         lines = f.readlines()
     with open(f"{broken}/metrics.jsonl", "w") as f:  # what a crash at step 5 would leave behind
@@ -67,24 +72,50 @@ def runs(model, cfg):
 def test_straight_run_checkpoints(model, runs):
     straight = runs[0]
     listing = sorted(os.listdir(f"{straight}/checkpoints"))
-    assert listing == ["step_3.h5", "step_6.h5"], f"checkpoints of the straight run: {listing}"
-    params = read_params(f"{straight}/checkpoints/step_6.h5")
+    assert listing == ["step_3", "step_6"], f"checkpoints of the straight run: {listing}"
+    params = read_params(f"{straight}/checkpoints/step_6")
     wrong = {k: want for k, want in SIGNATURE[model[0]].items() if (k in params) != want}
     assert not wrong, f"{model[0]}: tensors present (True) / absent (False) as expected: {wrong}"
 
 
 def test_second_run_resumes_from_step_3(runs):
     stdout = runs[2]
-    assert "resuming from" in stdout and "step_3.h5" in stdout, f"no resume from step 3:\n{stdout}"
+    assert "resuming from" in stdout and "step_3" in stdout, f"no resume from step 3:\n{stdout}"
 
 
 @pytest.mark.parametrize("group", ["params", "opt/m", "opt/v"])
 def test_state_bitwise_equal_after_resume(runs, group):
     straight, broken, _ = runs
-    a = read_params(f"{straight}/checkpoints/step_6.h5", group)
-    b = read_params(f"{broken}/checkpoints/step_6.h5", group)
+    a = read_params(f"{straight}/checkpoints/step_6", group)
+    b = read_params(f"{broken}/checkpoints/step_6", group)
     differ = [k for k in a if not np.array_equal(a[k], b[k])]
     assert not differ, f"{group} not bitwise equal after resume: {differ}"
+
+
+def test_single_file_checkpoint_resumes_bitwise(model, cfg, runs):
+    """The step-3 checkpoint consolidated into one step_3.h5 (sft_export --consolidate: the old
+    format) holds the same floats, and a run resumes from it to the straight run's bits."""
+    d, straight = model[1], runs[0]
+    ck = f"{d}/single/r/checkpoints"
+    os.makedirs(ck)
+    p = subprocess.run([f"{BUILD}/sft_export", "--consolidate", f"{straight}/checkpoints/step_3", f"{ck}/step_3.h5"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "single-file checkpoint" in p.stdout, p.stderr
+    again = subprocess.run([f"{BUILD}/sft_export", "--consolidate", f"{straight}/checkpoints/step_3", f"{ck}/step_3.h5"],
+                           capture_output=True, text=True)
+    assert again.returncode == 2 and "already exists" in again.stderr, again.stderr
+    for group in ("params", "opt/m", "opt/v"):
+        a, b = read_params(f"{ck}/step_3.h5", group), read_params(f"{straight}/checkpoints/step_3", group)
+        assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in b), group
+    with open(f"{straight}/metrics.jsonl") as f:
+        lines = [l for l in f if json.loads(l)["step"] <= 3]
+    with open(f"{d}/single/r/metrics.jsonl", "w") as f:
+        f.writelines(lines)
+    p = run_train(cfg, {"base_output_directory": f"{d}/single"})
+    assert f"resuming from {ck}/step_3.h5 (step 3" in p.stdout, p.stdout
+    for group in ("params", "opt/m", "opt/v"):
+        a, b = read_params(f"{ck}/step_6", group), read_params(f"{straight}/checkpoints/step_6", group)
+        assert all(np.array_equal(a[k], b[k]) for k in b), f"{group} after resuming from the single file"
 
 
 def test_metrics_identical(runs):

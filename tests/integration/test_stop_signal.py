@@ -40,7 +40,7 @@ def test_stop_signal_writes_a_checkpoint_and_exits_0(workdir, cfg, sig):
     assert code == 0, f"{sig.name}: exit 0 (got {code})\n{out[-2000:]}\n{run.stderr()[-2000:]}"
     assert step >= 3, f"stopped at a step boundary after step 3 (step {step})"
     assert f"stop signal received: checkpoint at step {step} written; resubmit to continue" in out, out[-2000:]
-    assert run.checkpoints() == [f"step_{step}.h5"], f"one checkpoint, the stop's: {run.checkpoints()}"
+    assert run.checkpoints() == [f"step_{step}"], f"one checkpoint, the stop's: {run.checkpoints()}"
     if sig == signal.SIGINT:
         assert INTERRUPT_NOTICE in run.stderr(), "Ctrl-C is answered at once on stderr"
 
@@ -49,13 +49,13 @@ def test_resubmitting_after_ctrl_c_continues_bitwise(workdir, cfg):
     straight, steps = f"{workdir}/straight", {"steps": STEPS}
     run_train(cfg, dict(steps, base_output_directory=straight))
     run, code, step = stopped_run(workdir, cfg, signal.SIGINT, "resumed", steps)
-    assert code == 0 and run.checkpoints() == [f"step_{step}.h5"], f"exit {code}, {run.checkpoints()}"
+    assert code == 0 and run.checkpoints() == [f"step_{step}"], f"exit {code}, {run.checkpoints()}"
     assert step < STEPS, f"stopped before the end (step {step} of {STEPS})"
     p = run_train(cfg, dict(steps, base_output_directory=f"{workdir}/resumed"))
-    assert f"step_{step}.h5" in p.stdout and "resuming from" in p.stdout, p.stdout[-2000:]
+    assert f"step_{step}" in p.stdout and "resuming from" in p.stdout, p.stdout[-2000:]
     for group in ("params", "opt/m", "opt/v"):
-        a = read_params(f"{straight}/r/checkpoints/step_{STEPS}.h5", group)
-        b = read_params(f"{run.run_dir}/checkpoints/step_{STEPS}.h5", group)
+        a = read_params(f"{straight}/r/checkpoints/step_{STEPS}", group)
+        b = read_params(f"{run.run_dir}/checkpoints/step_{STEPS}", group)
         differ = [k for k in a if not np.array_equal(a[k], b[k])]
         assert not differ, f"{group} bitwise equal to the run never stopped: {differ}"
     keys = ("step", "loss", "lr", "grad_norm", "weight_sum", "epoch")
@@ -92,7 +92,7 @@ def test_a_second_ctrl_c_still_writes_the_checkpoint(workdir):
     code = run.wait()
     assert code == 0, f"the pending stop ends the run as one Ctrl-C does (got {code})\n{run.stderr()[-1500:]}"
     step = read_metrics(run.run_dir)[0][-1]["step"]
-    assert run.checkpoints() == [f"step_{step}.h5"], f"the checkpoint of the stop: {run.checkpoints()}"
+    assert run.checkpoints() == [f"step_{step}"], f"the checkpoint of the stop: {run.checkpoints()}"
     assert f"stop signal received: checkpoint at step {step} written; resubmit to continue" in run.stdout()
 
 

@@ -43,7 +43,7 @@ def run_and_signal(workdir, name, sig, rank=None):
 def assert_clean_stop(run, what):
     out = run.stdout()
     step = read_metrics(run.run_dir)[0][-1]["step"]
-    assert run.checkpoints() == [f"step_{step}.h5"], f"{what}: the checkpoint of the stop's step {step}: " \
+    assert run.checkpoints() == [f"step_{step}"], f"{what}: the checkpoint of the stop's step {step}: " \
         f"{run.checkpoints()}\n{out[-1500:]}\n{run.stderr()[-1500:]}"
     assert f"stop signal received: checkpoint at step {step} written; resubmit to continue" in out, out[-1500:]
 

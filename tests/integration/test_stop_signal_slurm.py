@@ -45,7 +45,7 @@ def test_scancel_signal_int_is_a_clean_stop(cluster):
     out = run.stdout() + run.stderr()
     step = read_metrics(run.run_dir)[0][-1]["step"]
     assert code == 0, f"srun exits 0 (got {code})\n{out[-2000:]}"
-    assert run.checkpoints() == [f"step_{step}.h5"], f"the stop's checkpoint: {run.checkpoints()}"
+    assert run.checkpoints() == [f"step_{step}"], f"the stop's checkpoint: {run.checkpoints()}"
     assert f"stop signal received: checkpoint at step {step} written; resubmit to continue" in out, out[-2000:]
     fields = cluster[1].wait_job(job, timeout=30)
     assert fields.get("JobState") == "COMPLETED" and fields.get("ExitCode") == "0:0", \

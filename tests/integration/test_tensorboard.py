@@ -6,6 +6,7 @@ points, so each step shows once with the resumed run's values. scripts/plot_metr
 Needs the tensorboard package (the .pyref venv of scripts/setup_pyref.sh) and matplotlib."""
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -75,14 +76,14 @@ def test_resume_after_crash_shows_each_step_once(workdir, cfg):
     d = f"{workdir}/crash"
     run_train(cfg, {"base_output_directory": d})
     run_dir = f"{d}/r"
-    os.remove(f"{run_dir}/checkpoints/step_6.h5")  # the run "died" after the step-3 checkpoint
+    shutil.rmtree(f"{run_dir}/checkpoints/step_6")  # the run "died" after the step-3 checkpoint
     with open(f"{run_dir}/metrics.jsonl") as f:
         lines = f.readlines()
     with open(f"{run_dir}/metrics.jsonl", "w") as f:
         f.writelines(l for l in lines if '"step":6' not in l)
     time.sleep(1.1)  # event file names carry whole seconds: the resumed run's sorts after
     p = run_train(cfg, {"base_output_directory": d})
-    assert "step_3.h5" in p.stdout, f"did not resume from step 3:\n{p.stdout}"
+    assert "step_3" in p.stdout, f"did not resume from step 3:\n{p.stdout}"
     assert len(glob.glob(f"{run_dir}/tensorboard/events.out.tfevents.*")) == 2
     got, want = load_scalars(run_dir), expected(run_dir)
     assert [s for s, _ in want["train/loss"]] == [1, 2, 3, 4, 5, 6]

@@ -57,7 +57,7 @@ def runs(workdir, cfg):
 
 
 def state(run_dir, step, group="params"):
-    return read_params(f"{run_dir}/checkpoints/step_{step}.h5", group)
+    return read_params(f"{run_dir}/checkpoints/step_{step}", group)
 
 
 @pytest.mark.parametrize("model, zero, world, ga", [r for r in STRAIGHT if r[1] > 0])
@@ -110,10 +110,10 @@ def resume(workdir, cfg, src, step, name, world, ga, zero):
     out = f"{workdir}/{name}"
     os.makedirs(f"{out}/z/checkpoints")
     for s in range(2, step + 1, 2):
-        shutil.copy(f"{src}/checkpoints/step_{s}.h5", f"{out}/z/checkpoints/")
+        shutil.copytree(f"{src}/checkpoints/step_{s}", f"{out}/z/checkpoints/step_{s}")
     p = run_train(cfg, {"base_output_directory": out, "gradient_accumulation_steps": ga, "zero_stage": zero},
                   np_=world)
-    assert f"step_{step}.h5" in p.stdout, f"resumed from step {step}:\n{p.stdout}"
+    assert f"step_{step}" in p.stdout, f"resumed from step {step}:\n{p.stdout}"
     return f"{out}/z"
 
 
