@@ -51,8 +51,8 @@ struct Ops {
   void (*zero)(void* p, size_t bytes);
   void (*to_device)(void* dst, const void* src, size_t bytes);  // host -> device
   void (*to_host)(void* dst, const void* src, size_t bytes);    // device -> host
-  // Host memory the device copies to and from at full speed (CUDA: page-locked, cudaMallocHost); nullptr in
-  // the CPU tables, where plain memory is that already (train::snapshot's checkpoint copy uses it)
+  // Host memory the device copies to and from at full speed (CUDA: page-locked, cudaMallocHost; the CPU
+  // tables: plain memory, which is that already); train::snapshot's checkpoint copy lives in it
   void* (*host_alloc)(size_t bytes);
   void (*host_free)(void* p);
   // host -> device without waiting for the device: src may be reused when it returns (the CUDA tables stage it in

@@ -5,6 +5,7 @@
 #include "kernels/ops.h"
 
 #include <cstdlib>
+#include <new>
 #include <cstring>
 #include <string>
 
@@ -27,6 +28,9 @@ void* host_alloc(size_t bytes) {
   return p;
 }
 void host_free(void* p) { std::free(p); }
+// Ops::host_alloc: a CPU rank's host memory is plain memory (not zero-filled: the caller writes it).
+void* plain_alloc(size_t bytes) { return ::operator new(bytes); }
+void plain_free(void* p) { ::operator delete(p); }
 void host_zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
 void host_copy(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
@@ -49,8 +53,8 @@ const Ops& cpu_ops() {
       .zero = host_zero,
       .to_device = host_copy,
       .to_host = host_copy,
-      .host_alloc = nullptr,  // plain memory: operator new
-      .host_free = nullptr,
+      .host_alloc = plain_alloc,
+      .host_free = plain_free,
       .to_device_async = host_copy,
       .copy = host_copy,
       .synchronize = host_synchronize,
