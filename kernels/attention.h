@@ -40,6 +40,14 @@ void attention_bwd(float* dqkv,                          // (B,T,QKV) =
                    const float* out, const float* lse,   // (B,T,NH·HS) (B,NH,T): attention_fwd's
                    const int32_t* seg,                   // (B,T) or null
                    int B, int T, int NH, int KVH, int HS);
+// Context parallelism (SPEC §1, issue 37): this rank's Tq query rows against Tk gathered keys and
+// values in global order (key j is at position j). Query row t is at global position qpos[t] (the
+// same for every row b) and sees keys j <= qpos[t] with seg_k[b,j] == seg_q[b,t] (both null: no
+// segments). qkv: this rank's rows (B,Tq,QKV), of which the q heads are read; kv: (B,Tk,2·KVH·HS),
+// the KVH k heads then the KVH v heads of every position. out (B,Tq,NH·HS) =, lse (B,NH,Tq) =, as
+// attention_fwd's for the same positions of the whole sequence.
+void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
 // Bytes of the CPU twins' own working memory for this shape on `threads` threads (kept between
 // calls, grow-only): per thread a (128, 512) score tile and two (128, T) strips of P and dP, and in
 // backward one fp32 k and v gradient per query head when KVH < NH. Linear in T: what the memory

@@ -1,0 +1,58 @@
+// kernels/cpu/attention_cp.cpp — context-parallel attention's CPU twin (kernels/attention.h): each
+// query row against the gathered keys at positions up to its own, one pass of online softmax
+// (FlashAttention's running max and sum) per row and head, fp32 throughout. Rows and heads are
+// independent: OpenMP over them, every sum in key order, so the result does not depend on threads.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention.h"
+
+namespace sftdp::cpu {
+
+void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
+  const int QKV = (NH + 2 * KVH) * HS, KV = 2 * KVH * HS, group = NH / KVH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel
+  {
+    std::vector<float> acc(static_cast<size_t>(HS));
+#pragma omp for collapse(3) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < Tq; ++t)
+        for (int h = 0; h < NH; ++h) {
+          const float* q = qkv + (static_cast<size_t>(b) * Tq + t) * QKV + static_cast<size_t>(h) * HS;
+          const int kvh = h / group;
+          const int last = std::min(qpos[t], Tk - 1);
+          const int32_t seg = seg_q ? seg_q[static_cast<size_t>(b) * Tq + t] : 0;
+          float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int j = 0; j <= last; ++j) {
+            if (seg_k && seg_k[static_cast<size_t>(b) * Tk + j] != seg) continue;
+            const float* row = kv + (static_cast<size_t>(b) * Tk + j) * KV;
+            const float* k = row + static_cast<size_t>(kvh) * HS;
+            const float* v = row + static_cast<size_t>(KVH + kvh) * HS;
+            float s = 0.0f;
+            for (int i = 0; i < HS; ++i) s += q[i] * k[i];
+            s *= scale;
+            if (s > m) {  // rescale what was summed under the old maximum
+              const float r = std::exp(m - s);
+              l *= r;
+              for (int i = 0; i < HS; ++i) acc[i] *= r;
+              m = s;
+            }
+            const float p = std::exp(s - m);
+            l += p;
+            for (int i = 0; i < HS; ++i) acc[i] += p * v[i];
+          }
+          float* o = out + (static_cast<size_t>(b) * Tq + t) * NH * HS + static_cast<size_t>(h) * HS;
+          for (int i = 0; i < HS; ++i) o[i] = l > 0 ? acc[i] / l : 0.0f;
+          lse[(static_cast<size_t>(b) * NH + h) * Tq + t] = l > 0 ? m + std::log(l) : -std::numeric_limits<float>::infinity();
+        }
+  }
+}
+
+}  // namespace sftdp::cpu
