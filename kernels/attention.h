@@ -48,6 +48,14 @@ void attention_bwd(float* dqkv,                          // (B,T,QKV) =
 // attention_fwd's for the same positions of the whole sequence.
 void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
                       const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
+// Its backward: dqkv's q heads (B,Tq,QKV) = the gradient of this rank's queries (its k and v heads are
+// not touched: the model puts the reduce-scattered dkv there); dkv (B,Tk,2·KVH·HS) = this rank's part
+// of every gathered position's k and v gradient (what its queries saw: the sum over the group's
+// ranks is the whole gradient). dout, out, lse: attention_cp_fwd's shapes. Sums in a fixed order
+// (positions, then query heads in increasing h): the bits do not depend on the thread count.
+void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv, const float* out,
+                      const float* lse, const int32_t* qpos, const int32_t* seg_q, const int32_t* seg_k, int B, int Tq,
+                      int Tk, int NH, int KVH, int HS);
 // Bytes of the CPU twins' own working memory for this shape on `threads` threads (kept between
 // calls, grow-only): per thread a (128, 512) score tile and two (128, T) strips of P and dP, and in
 // backward one fp32 k and v gradient per query head when KVH < NH. Linear in T: what the memory

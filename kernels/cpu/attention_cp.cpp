@@ -55,4 +55,48 @@ void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv,
   }
 }
 
+void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv, const float* out,
+                      const float* lse, const int32_t* qpos, const int32_t* seg_q, const int32_t* seg_k, int B, int Tq,
+                      int Tk, int NH, int KVH, int HS) {
+  const int QKV = (NH + 2 * KVH) * HS, KV = 2 * KVH * HS, group = NH / KVH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  std::fill(dkv, dkv + static_cast<size_t>(B) * Tk * KV, 0.0f);
+  // One thread per (row, k/v head): it alone adds into that head's dk and dv, in the order
+  // (query position, query head of the group), so the sums do not depend on the thread count.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int kvh = 0; kvh < KVH; ++kvh)
+      for (int t = 0; t < Tq; ++t)
+        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+          const size_t row = static_cast<size_t>(b) * Tq + t;
+          const float* q = qkv + row * QKV + static_cast<size_t>(h) * HS;
+          const float* o = out + row * NH * HS + static_cast<size_t>(h) * HS;
+          const float* d_o = dout + row * NH * HS + static_cast<size_t>(h) * HS;
+          float* dq = dqkv + row * QKV + static_cast<size_t>(h) * HS;
+          float D = 0.0f;  // Σ dO·O: the softmax backward's row term
+          for (int i = 0; i < HS; ++i) D += d_o[i] * o[i];
+          const float L = lse[(static_cast<size_t>(b) * NH + h) * Tq + t];
+          const int last = std::min(qpos[t], Tk - 1);
+          const int32_t seg = seg_q ? seg_q[row] : 0;
+          for (int i = 0; i < HS; ++i) dq[i] = 0.0f;
+          for (int j = 0; j <= last; ++j) {
+            if (seg_k && seg_k[static_cast<size_t>(b) * Tk + j] != seg) continue;
+            const float* kvrow = kv + (static_cast<size_t>(b) * Tk + j) * KV;
+            const float* k = kvrow + static_cast<size_t>(kvh) * HS;
+            const float* v = kvrow + static_cast<size_t>(KVH + kvh) * HS;
+            float* dk = dkv + (static_cast<size_t>(b) * Tk + j) * KV + static_cast<size_t>(kvh) * HS;
+            float* dv = dkv + (static_cast<size_t>(b) * Tk + j) * KV + static_cast<size_t>(KVH + kvh) * HS;
+            float s = 0.0f, dp = 0.0f;
+            for (int i = 0; i < HS; ++i) s += q[i] * k[i], dp += d_o[i] * v[i];
+            const float p = std::exp(s * scale - L);
+            const float ds = p * (dp - D) * scale;
+            for (int i = 0; i < HS; ++i) {
+              dq[i] += ds * k[i];
+              dk[i] += ds * q[i];
+              dv[i] += p * d_o[i];
+            }
+          }
+        }
+}
+
 }  // namespace sftdp::cpu
