@@ -24,7 +24,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../tests/integration"))
-from harness import MPI_ENV, SFT_TRAIN, make_data, tempdir, write_config  # noqa: E402
+from harness import MPI_ENV, SFT_TRAIN, children, make_data, tempdir, world_rank, write_config  # noqa: E402
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "smollm2-360m"
 OUT_MD = sys.argv[2] if len(sys.argv) > 2 else None
@@ -34,31 +34,16 @@ VOCAB = 49152
 
 
 def rank0_pid(mpirun_pid):
-    """The sft_train child of mpirun whose environment says rank 0."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/comm") as f:
-                if f.read().strip() != "sft_train":
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        if b"OMPI_COMM_WORLD_RANK=0" in env and ppid in (mpirun_pid, *children_of(mpirun_pid)):
-            return int(entry)
+    """Rank 0's sft_train: a child of mpirun's /usr/bin/time wrapper (harness's process helpers)."""
+    for wrapper in children(mpirun_pid):
+        for pid in children(wrapper):
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() == "sft_train" and world_rank(pid) == 0:
+                        return pid
+            except OSError:
+                pass
     return None
-
-
-def children_of(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
 
 
 def rss_mib(pid):

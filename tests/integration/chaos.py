@@ -254,16 +254,20 @@ class Soak:
         self.cancel_if_pending(job)
         return self.submit(), f"{keep >> 10} KiB left"
 
-    def damaged_checkpoint(self, job):
+    def kill_then_newest_shard(self, job):
+        """Kills a rank; once the job has ended, one shard file of the newest checkpoint (the file
+        itself for a single-file one), drawn from its own generator, so that the seed's sequence of
+        kinds and steps stays what it was when a checkpoint was one file."""
         pids = self.rank_pids(job)
         os.kill(self.rng.choice(pids), signal.SIGKILL)
         self.wait_ended(job)
         self.cancel_if_pending(job)
         step, newest = checkpoints(self.run_dir)[-1]
-        # Which shard: drawn from its own generator, so that the seed's sequence of kinds and steps
-        # stays what it was when a checkpoint was one file.
-        damaged = newest if os.path.isfile(newest) else \
+        return newest if os.path.isfile(newest) else \
             random.Random(step).choice(sorted(glob.glob(f"{newest}/shard_*.h5")))
+
+    def damaged_checkpoint(self, job):
+        damaged = self.kill_then_newest_shard(job)
         with open(damaged, "r+b") as f:
             f.truncate(os.path.getsize(damaged) // 2)
         return self.submit(), os.path.relpath(damaged, f"{self.run_dir}/checkpoints")
@@ -297,12 +301,7 @@ class Soak:
         return self.submit(), f"pid {victim} of {len(pids)} during {os.path.basename(pending[-1])}"
 
     def missing_shard(self, job):
-        pids = self.rank_pids(job)
-        os.kill(self.rng.choice(pids), signal.SIGKILL)
-        self.wait_ended(job)
-        self.cancel_if_pending(job)
-        step, newest = checkpoints(self.run_dir)[-1]
-        gone = random.Random(step).choice(sorted(glob.glob(f"{newest}/shard_*.h5")))
+        gone = self.kill_then_newest_shard(job)
         os.remove(gone)
         return self.submit(), os.path.relpath(gone, f"{self.run_dir}/checkpoints")
 

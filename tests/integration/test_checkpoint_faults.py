@@ -9,6 +9,7 @@ as an uninterrupted run; when no checkpoint loads, one `error:` line naming them
 touched. A checkpoint write killed midway (a step_<S>/ without index, or an old-format
 .step_<S>.h5.tmp.<pid>) is removed by the next run.
 The full disk is a small tmpfs (mounting needs root; the test skips where mounting is refused)."""
+import contextlib
 import hashlib
 import json
 import os
@@ -69,17 +70,24 @@ def tree(path):
 
 
 # ---------------------------------------------------------------- disk full while checkpointing
-@pytest.fixture(scope="module")
-def small_fs(workdir):
-    """A SMALL_FS_KIB tmpfs at <workdir>/small, unmounted at the end."""
-    mnt = f"{workdir}/small"
+@contextlib.contextmanager
+def small_tmpfs(mnt):
+    """A SMALL_FS_KIB tmpfs at mnt, unmounted at the end; skips where mounting is refused."""
     os.makedirs(mnt, exist_ok=True)
     p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS_KIB}k", "tmpfs", mnt],
                        capture_output=True, text=True)
     if p.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {p.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", mnt], capture_output=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def small_fs(workdir):
+    with small_tmpfs(f"{workdir}/small") as mnt:
+        yield mnt
 
 
 @pytest.fixture(scope="module")
@@ -115,11 +123,7 @@ def test_disk_full_leaves_metrics_valid(disk_full):
 
 def test_disk_full_written_at_the_boundary_ends_the_job_there(cfg, workdir):
     """async_checkpointing: false: the step-4 write fails before step 5 starts; same message, same state."""
-    mnt = f"{workdir}/small_sync"
-    os.makedirs(mnt, exist_ok=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS_KIB}k", "tmpfs", mnt]).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
+    with small_tmpfs(f"{workdir}/small_sync") as mnt:
         p = run_train(cfg, {"base_output_directory": mnt, "async_checkpointing": False}, check=False)
         run = f"{mnt}/r"
         assert p.returncode == 1, p.stderr
@@ -127,8 +131,6 @@ def test_disk_full_written_at_the_boundary_ends_the_job_there(cfg, workdir):
         assert metric_steps(run) == [1, 2, 3, 4]
         assert "checkpoints: written at the step boundary (async_checkpointing: false" in p.stdout, p.stdout
         assert os.listdir(f"{run}/checkpoints/step_4") == []
-    finally:
-        subprocess.run(["umount", "-l", mnt], capture_output=True)
 
 
 def test_resume_after_disk_full_reaches_the_straight_result(disk_full, small_fs, cfg, straight):
@@ -143,15 +145,9 @@ def test_resume_after_disk_full_reaches_the_straight_result(disk_full, small_fs,
 
 @pytest.fixture(scope="module")
 def small_fs_2(workdir):
-    """A second SMALL_FS_KIB tmpfs, for the 2-rank run."""
-    mnt = f"{workdir}/small2"
-    os.makedirs(mnt, exist_ok=True)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS_KIB}k", "tmpfs", mnt],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {p.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", mnt], capture_output=True)
+    """A second one, for the 2-rank run."""
+    with small_tmpfs(f"{workdir}/small2") as mnt:
+        yield mnt
 
 
 def test_disk_full_on_two_ranks_is_agreed(cfg, small_fs_2):
