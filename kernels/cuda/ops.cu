@@ -129,6 +129,9 @@ constexpr Ops make_cuda_ops() {
       .cross_entropy_fwd_bwd = on_stream<&cpu::cross_entropy_fwd_bwd, &cuda::cross_entropy_fwd_bwd>(),
       .gather_rows = on_stream<&cpu::gather_rows, &cuda::gather_rows>(),
       .scatter_rows = on_stream<&cpu::scatter_rows, &cuda::scatter_rows>(),
+      .copy_strided_rows = nullptr,  // context parallelism: CPU ranks only so far
+      .attention_cp_fwd = nullptr,
+      .attention_cp_bwd = nullptr,
       .adamw_update = on_stream<&cpu::adamw_update, &cuda::adamw_update>(),
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
       .adamw_step = on_stream<&cpu::adamw_step, &cuda::adamw_step>(),

@@ -70,6 +70,12 @@ class NcclCommunicator final : public MpiHostCommunicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   const char* name() const override { return "nccl"; }
+  // Context parallelism runs on CPU ranks only so far: the configuration refuses it on GPU ranks
+  // (exit 2) before a communicator exists, so a call here is a bug.
+  std::unique_ptr<Group> context_group(int) override {
+    SFTDP_ASSERT(false, "context_parallelism on the NCCL communicator: the configuration check should have refused it");
+    return nullptr;
+  }
 
   // buf: device memory, n floats, summed in place across ranks.
   void allreduce_sum(float* buf, size_t n) override {

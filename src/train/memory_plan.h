@@ -46,6 +46,7 @@ struct MemoryChoice {
   int micro_batch = 1;
   bool remat = false;
   int zero_stage = 0;
+  int context_parallelism = 1;  // activations at T / cp per rank, plus the group's key/value buffers
 };
 
 // A Communicator that only answers rank() and world(): what a planned optimiser is built on (AdamW and

@@ -1,4 +1,4 @@
-// tests/train/test_context_split.cpp — context parallelism's layout (src/train/context_split.h, SPEC §1):
+// tests/train/test_context_split.cpp — context parallelism's layout (src/model/context_split.h, SPEC §1):
 // a group's ranks hold every position of a row exactly once, each the same causal attention work
 // (Σ over its positions of the keys each sees); groups are adjacent ranks; a bad
 // context_parallelism is a UserError naming the key and the numbers; a rank's batch is the full
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "sftdp/check.h"
-#include "train/context_split.h"
+#include "model/context_split.h"
 
-namespace sftdp::train {
+namespace sftdp::model {
 namespace {
 
 TEST(ContextSplit, AGroupHoldsEveryPositionOnceWithEqualCausalWork) {
@@ -102,4 +102,4 @@ TEST(ContextSplit, ARanksBatchIsTheFullBatchAtItsPositions) {
 }
 
 }  // namespace
-}  // namespace sftdp::train
+}  // namespace sftdp::model

@@ -1,11 +1,11 @@
-// src/train/context_split.cpp — see context_split.h.
-#include "train/context_split.h"
+// src/model/context_split.cpp — see context_split.h.
+#include "model/context_split.h"
 
 #include <string>
 
 #include "sftdp/check.h"
 
-namespace sftdp::train {
+namespace sftdp::model {
 
 ContextSplit context_split(int T, int world, int rank, int n) {
   if (n < 1) throw UserError("context_parallelism: must be >= 1, got " + std::to_string(n));
@@ -45,4 +45,4 @@ data::Batch local_batch(const data::Batch& full, const ContextSplit& split) {
   return b;
 }
 
-}  // namespace sftdp::train
+}  // namespace sftdp::model

@@ -1,4 +1,4 @@
-// src/train/context_split.h — context parallelism's layout (SPEC §1 "Context parallelism", issue 37):
+// src/model/context_split.h — context parallelism's layout (SPEC §1 "Context parallelism", issue 37):
 // which ranks form a group, which positions of every row each holds, and a rank's share of a batch.
 // world = (world / N) data-parallel groups × N ranks; group g is ranks g·N … g·N + N − 1 (adjacent
 // ranks, so that a group shares a node where the placement allows). A row's T positions are cut into
@@ -11,7 +11,7 @@
 
 #include "sftdp/data.h"
 
-namespace sftdp::train {
+namespace sftdp::model {
 
 struct ContextSplit {
   int n = 1;           // ranks per group (context_parallelism)
@@ -30,4 +30,4 @@ ContextSplit context_split(int T, int world, int rank, int n);
 // The rows' own ids are kept (LoRA dropout masks are seeded by them).
 data::Batch local_batch(const data::Batch& full, const ContextSplit& split);
 
-}  // namespace sftdp::train
+}  // namespace sftdp::model
