@@ -56,6 +56,13 @@ void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv,
 void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv, const float* out,
                       const float* lse, const int32_t* qpos, const int32_t* seg_q, const int32_t* seg_k, int B, int Tq,
                       int Tk, int NH, int KVH, int HS);
+// The bf16 table's form (cuda-bf16: q, k, v and dout read rounded to bf16, all else fp32, the contract of
+// attention_fwd_bf16 on CUDA cores): the fp32 twins on rounded copies of the three inputs.
+void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                           const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
+void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                           const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                           const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
 // Bytes of the CPU twins' own working memory for this shape on `threads` threads (kept between
 // calls, grow-only): per thread a (128, 512) score tile and two (128, T) strips of P and dP, and in
 // backward one fp32 k and v gradient per query head when KVH < NH. Linear in T: what the memory
@@ -101,6 +108,20 @@ void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t*
                         int HS, cudaStream_t stream);
 void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+// Context parallelism's twins (kernels/cuda/attention_cp.cu): on CUDA cores, the contracts of the CPU twins (fp32, and
+// the bf16 table's with q, k, v and dout rounded as read).
+void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
+                      cudaStream_t stream);
+void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv, const float* out,
+                      const float* lse, const int32_t* qpos, const int32_t* seg_q, const int32_t* seg_k, int B, int Tq,
+                      int Tk, int NH, int KVH, int HS, cudaStream_t stream);
+void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                           const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
+                           cudaStream_t stream);
+void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                           const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                           const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS, cudaStream_t stream);
 // The cuda-bf16 table's entries (kernels/cuda/attention_tc.cu): tensor cores where
 // attention_bf16::tensor_cores(HS), else attention_{fwd,bwd}_bf16 above. The lse is the forward's own
 // (natural log), for its own backward.

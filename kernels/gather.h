@@ -37,6 +37,8 @@ void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n,
 namespace sftdp::cuda {
 void gather_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream);
 void scatter_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream);
+void copy_strided_rows(float* out, int ldo, const int32_t* oidx, const float* inp, int ldi, const int32_t* iidx, int n,
+                       int C, cudaStream_t stream);
 }  // namespace sftdp::cuda
 namespace sftdp::cuda::act16 {  // the act16 twins, on `stream`
 void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C, cudaStream_t stream);   // (n,C) = ; (N,C) (n)

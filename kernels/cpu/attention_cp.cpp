@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 
 namespace sftdp::cpu {
 
@@ -97,6 +98,35 @@ void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* q
             }
           }
         }
+}
+
+namespace {
+
+// n floats rounded to bf16 (to nearest even) and widened back: what the bf16 table's kernels read.
+std::vector<float> rounded(const float* x, size_t n) {
+  std::vector<uint16_t> bits(n);
+  std::vector<float> r(n);
+  bf16_pack(bits.data(), x, n);
+  bf16_unpack(r.data(), bits.data(), n);
+  return r;
+}
+
+}  // namespace
+
+void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                           const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
+  const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS, KV = 2 * static_cast<size_t>(KVH) * HS;
+  const auto q = rounded(qkv, static_cast<size_t>(B) * Tq * QKV), k = rounded(kv, static_cast<size_t>(B) * Tk * KV);
+  attention_cp_fwd(out, lse, q.data(), k.data(), qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS);
+}
+
+void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                           const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                           const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
+  const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS, KV = 2 * static_cast<size_t>(KVH) * HS;
+  const auto q = rounded(qkv, static_cast<size_t>(B) * Tq * QKV), k = rounded(kv, static_cast<size_t>(B) * Tk * KV);
+  const auto d = rounded(dout, static_cast<size_t>(B) * Tq * NH * HS);
+  attention_cp_bwd(dqkv, dkv, d.data(), q.data(), k.data(), out, lse, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS);
 }
 
 }  // namespace sftdp::cpu

@@ -519,6 +519,32 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   return ncclSuccess;
 }
 
+// NCCL 2.18's split (nccl.h): collective over the parent's ranks; the ranks that give the same color form one
+// communicator, ordered by key and then by their rank in the parent; NCCL_SPLIT_NOCOLOR gives none. The config
+// (non-blocking mode, CTA limits) changes nothing here: the simulator's communicators are blocking. As in NCCL,
+// no collective may be in flight on the parent meanwhile (here: an MPI_Comm_split of its MPI communicator).
+ncclResult_t ncclCommSplit(ncclComm_t parent_handle, int color, int key, ncclComm_t* out, ncclConfig_t* /*config*/) {
+  if (!out) return ncclInvalidArgument;
+  *out = nullptr;
+  const auto parent = find_comm(parent_handle);
+  if (!parent) return warn(ncclInvalidArgument, "ncclCommSplit: not a communicator");
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) return warn(ncclInvalidArgument, "ncclCommSplit: negative color");
+  MPI_Comm split = MPI_COMM_NULL;
+  if (MPI_Comm_split(parent->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &split) != MPI_SUCCESS)
+    return warn(ncclSystemError, "ncclCommSplit: MPI_Comm_split failed");
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  auto comm = std::make_shared<ncclComm>();
+  comm->mpi = split;
+  comm->device = parent->device;
+  MPI_Comm_rank(split, &comm->rank);
+  MPI_Comm_size(split, &comm->nranks);
+  MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
+  std::lock_guard<std::mutex> lock(comms_mu());
+  comms().emplace(comm.get(), comm);
+  *out = comm.get();
+  return ncclSuccess;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t handle) {
   const auto comm = find_comm(handle);
   if (!comm) return ncclInvalidArgument;

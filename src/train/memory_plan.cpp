@@ -183,7 +183,7 @@ Available available_memory(bool gpu, const comm::MpiSession& mpi) {
 
 MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batch, const config::ModelDims& d,
                         const Ops& ops, const Available& available, int rank, int world, bool gpu, int cpu_threads) {
-  const bool bf16_activations = gpu && cfg.dtype == "bfloat16";
+  const bool bf16_activations = train::bf16_activations(cfg, gpu);
   const model::LoraSpec lora = model::lora_spec(cfg, d);
   const int T = static_cast<int>(cfg.max_target_length);
   const MemoryChoice now{static_cast<int>(batch.micro_batch), cfg.remat, static_cast<int>(cfg.zero_stage),

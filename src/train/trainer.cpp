@@ -87,9 +87,8 @@ void check_inputs(const config::Config& cfg, comm::MpiSession& mpi, Inputs& in) 
   comm::Communicator& comm = *in.dev.comm;
   in.T = static_cast<int>(cfg.max_target_length);
   if (in.plan.context_parallelism > 1 && !in.dev.ops->attention_cp_fwd)
-    throw UserError("context_parallelism: " + std::to_string(in.plan.context_parallelism) + " runs on CPU ranks only " +
-                    "so far (the " + in.dev.ops->name + " kernels have no context-parallel attention); use hardware: cpu " +
-                    "or context_parallelism: 1");
+    throw UserError("context_parallelism: " + std::to_string(in.plan.context_parallelism) + " needs a context-parallel " +
+                    "attention, which the " + in.dev.ops->name + " kernels do not have yet (on the GPU: dtype: float32)");
   if (in.plan.context_parallelism > 1)  // the layout's own checks (T divisible by 2·cp)
     (void)model::context_split(in.T, comm.world(), comm.rank(), in.plan.context_parallelism);
   // Every rank opens the data files; one that cannot (a path missing on its node) stops them all.
@@ -309,7 +308,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   const int zero_stage = static_cast<int>(cfg.zero_stage);
   const model::LoraSpec lora = model::lora_spec(cfg, in.dims);
   const auto model_ptr = model::make_model(
-      in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T / plan.context_parallelism, cfg.remat, in.dev.gpu && cfg.dtype == "bfloat16",
+      in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T / plan.context_parallelism, cfg.remat, bf16_activations(cfg, in.dev.gpu),
       lora, zero_stage >= 2 ? zero_stage : 0, bf16_weights(cfg.weight_dtype == "bfloat16", in.dev.gpu, zero_stage, lora));
   model::Model& model = *model_ptr;
   // Context parallelism (SPEC §1): groups of adjacent ranks, each rank two chunks of every row.
