@@ -1,7 +1,7 @@
 // src/cudasim/nccl.cpp — the NCCL subset sft-dp uses, written from NCCL's documented semantics, between
 // the ranks of an mpirun: communicators over MPI_COMM_WORLD (every rank calls ncclCommInitRank, as one
 // communicator over the job; NCCL's own "Duplicate GPU" refusal when two ranks of one host share a
-// device), and AllReduce, ReduceScatter, AllGather, Broadcast, Reduce queued on their CUDA stream like
+// device; ncclCommSplit's sub-communicators of them), and AllReduce, ReduceScatter, AllGather, Broadcast, Reduce queued on their CUDA stream like
 // kernels. Reductions run in rank order 0, 1, ..., W-1 for every element (reduce-scatter by all-to-all,
 // then all-gather), so all ranks get the same bits whatever MPI's algorithms are, as NCCL promises.
 // Send and receive buffers are either disjoint or in NCCL's in-place arrangement; any other overlap,

@@ -154,7 +154,11 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
               model::context_parallel_bytes(in.dims, static_cast<int>(plan.micro_batch), in.T, plan.context_parallelism) /
                   1048576.0);
   if (const std::string note = config::hf_model_note(cfg); !note.empty()) log::info("%s", note.c_str());
-  if (in.dev.gpu) {  // which attention kernel runs (kernels/attention.h)
+  if (in.dev.gpu && plan.context_parallelism > 1) {  // kernels/cuda/attention_cp.cu
+    log::info("attention: context parallel over %d ranks, CUDA cores, %s", plan.context_parallelism,
+              gemm_inputs_bf16(*in.dev.ops) ? "q, k, v and dO rounded to bf16 (dtype bfloat16), fp32 activations"
+                                            : "fp32 (dtype float32)");
+  } else if (in.dev.gpu) {  // which attention kernel runs (kernels/attention.h)
     const int HS = in.dims.head_size();
     if (!gemm_inputs_bf16(*in.dev.ops))
       log::info("attention: CUDA cores, fp32 (dtype float32)");

@@ -4,12 +4,14 @@
 // keys) with Tq and Tk across the kernels' 128-row tiles, multi-head and grouped-query heads, HS 8, 64, 130
 // and 256 (one and two head elements per thread), with segments crossing the chunk boundaries and without;
 // outputs poisoned with NaN (every element written), dqkv's k/v heads left alone, two CUDA runs bitwise
-// equal; output and gradients within 1e-5 of the largest magnitude. copy_strided_rows bit for bit, both
+// equal; output and gradients within 1e-5 of the largest magnitude. The bf16 table's twins (q, k, v and dO
+// rounded to bf16 as read) against the CPU's rounding twins the same way. copy_strided_rows bit for bit, both
 // sides listed by an index, neither, and strided. Skips without a GPU or the simulator.
 #include <string>
 #include <vector>
 
 #include "common/test_util.h"
+#include "kernels/attention.h"
 #include "test_cuda_util.h"
 
 namespace sftdp::test {
@@ -26,9 +28,11 @@ std::string test_name(const Shape& s) {
 void PrintTo(const Shape& s, std::ostream* os) { *os << test_name(s); }
 class CudaAttentionCp : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(CudaAttentionCp, ForwardAndBackwardMatchCpu) {
-  SFTDP_REQUIRE_CUDA(ops);
-  const Shape s = GetParam();
+// The fp32 table against cpu::attention_cp_*, or the bf16 table (q, k, v, dO rounded to bf16 as read) against
+// cpu::attention_cp_*_bf16.
+void expect_matches_cpu(const Ops* ops, const Shape& s, bool bf16) {
+  const auto cpu_fwd = bf16 ? cpu::attention_cp_fwd_bf16 : cpu::attention_cp_fwd;
+  const auto cpu_bwd = bf16 ? cpu::attention_cp_bwd_bf16 : cpu::attention_cp_bwd;
   const int c = s.T / (2 * s.n);
   std::vector<int32_t> qpos;
   for (int chunk : {s.rank, 2 * s.n - 1 - s.rank})
@@ -47,10 +51,9 @@ TEST_P(CudaAttentionCp, ForwardAndBackwardMatchCpu) {
   const int32_t* sq = s.segments ? seg_q.data() : nullptr;
   const int32_t* sk = s.segments ? seg_k.data() : nullptr;
   std::vector<float> out(size_t(s.B) * Tq * A), lse(size_t(s.B) * s.NH * Tq), dqkv(qkv.size(), 7.0f), dkv(kv.size());
-  cpu_ops().attention_cp_fwd(out.data(), lse.data(), qkv.data(), kv.data(), qpos.data(), sq, sk, s.B, Tq, Tk, s.NH,
-                             s.KVH, s.HS);
-  cpu_ops().attention_cp_bwd(dqkv.data(), dkv.data(), dout.data(), qkv.data(), kv.data(), out.data(), lse.data(),
-                             qpos.data(), sq, sk, s.B, Tq, Tk, s.NH, s.KVH, s.HS);
+  cpu_fwd(out.data(), lse.data(), qkv.data(), kv.data(), qpos.data(), sq, sk, s.B, Tq, Tk, s.NH, s.KVH, s.HS);
+  cpu_bwd(dqkv.data(), dkv.data(), dout.data(), qkv.data(), kv.data(), out.data(), lse.data(), qpos.data(), sq, sk, s.B,
+          Tq, Tk, s.NH, s.KVH, s.HS);
 
   DeviceBuffer<float> d_qkv(*ops, qkv), d_kv(*ops, kv), d_dout(*ops, dout), d_out(*ops, out.size()),
       d_lse(*ops, lse.size()), d_dqkv(*ops, dqkv.size()), d_dkv(*ops, dkv.size()), d_out_ref(*ops, out),
@@ -73,6 +76,16 @@ TEST_P(CudaAttentionCp, ForwardAndBackwardMatchCpu) {
   EXPECT_TRUE(close_rel(got[1], lse, 1e-6)) << "lse";
   EXPECT_TRUE(close_rel(got[2], dqkv, 1e-5)) << "dqkv (q heads; the k/v heads keep their 7s)";
   EXPECT_TRUE(close_rel(got[3], dkv, 1e-5)) << "dkv";
+}
+
+TEST_P(CudaAttentionCp, ForwardAndBackwardMatchCpu) {
+  SFTDP_REQUIRE_CUDA(ops);
+  expect_matches_cpu(ops, GetParam(), /*bf16=*/false);
+}
+
+TEST_P(CudaAttentionCp, Bf16TableMatchesItsCpuTwin) {
+  SFTDP_REQUIRE_CUDA_GEMM(ops, GemmInputs::kBf16);
+  expect_matches_cpu(ops, GetParam(), /*bf16=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionCp,
