@@ -10,11 +10,12 @@
 3. Bytes sent per step per rank by the group's collectives against the formula: Open MPI over TCP on the
    loopback (btl tcp,self), the loopback's transmitted bytes of a 3-step minus a 1-step run, minus the same
    for the data-parallel run of the same ranks and rows (its traffic, the gradient allreduce, is the CP run's
-   too), over 2 steps and the ranks. Formula per rank per step: every layer all-gathers the k/v heads twice
-   (forward, backward's re-gather) and reduce-scatters their gradients once, each moving (n - 1) blocks of
-   B·(T/n)·2·KVH·HS floats per rank: 3·L·(n - 1)·B·(T/n)·2·KVH·HS·4 bytes (+ TCP/IP headers).
+   too), over 2 steps and the ranks. Formula per rank per step: every layer all-gathers the k/v heads in
+   forward and again in backward but the last (whose forward's gather is still there), and reduce-scatters
+   their gradients once, each moving (n - 1) blocks of B·(T/n)·2·KVH·HS floats per rank:
+   (3L - 1)·(n - 1)·B·(T/n)·2·KVH·HS·4 bytes (+ TCP/IP headers).
 
-  SFTDP_BUILD_DIR=build /usr/bin/python3 bench/context_parallel.py [out.md]
+  SFTDP_BUILD_DIR=build [SECTIONS=123] /usr/bin/python3 bench/context_parallel.py [out.md]
 Prints Markdown tables (and writes them to out.md). About 15 minutes on 2 cores."""
 import json
 import os
@@ -65,14 +66,7 @@ def planned_activations(cfg, T, cp):
     return float(m.group(1)) * (1024 if m.group(2) == "GiB" else 1)
 
 
-def main():
-    d = tempdir()
-    out = []
-    base = dict(model_name="smollm2-135m", max_position_embeddings=16384, hardware="cpu", checkpoint_period=0,
-                async_checkpointing=False,
-                learning_rate=1e-4, enable_data_shuffling=False)
-
-    # 1. Memory at T = 16384.
+def memory(d, base, out):
     T = 16384
     make_data(f"{d}/t16k.h5", 4, T=T, vocab=VOCAB, seed=1, unequal=False)
     cfg = write_config(f"{d}/mem.yml", **dict(base, train_files=f"{d}/t16k.h5", max_target_length=T,
@@ -91,7 +85,8 @@ def main():
                    f"{' / '.join(f'{p:.0f}' for p in peaks)} | {full:.1f} MiB |")
         print(out[-1], flush=True)
 
-    # 2. Step time at equal tokens on 4 ranks.
+
+def step_time(d, base, out):
     T = 4096
     make_data(f"{d}/t4k.h5", 16, T=T, vocab=VOCAB, seed=2, unequal=False)
     cfg = write_config(f"{d}/step.yml", **dict(base, train_files=f"{d}/t4k.h5", max_target_length=T,
@@ -107,32 +102,43 @@ def main():
         out.append(f"| cp {cp} x {4 // cp} data-parallel | {t:.2f} s | {t / t1:.2f} |")
         print(out[-1], flush=True)
 
-    # 3. Bytes per step per rank over TCP on the loopback.
+
+def bytes_sent(d, base, out):
     T = 2048
     make_data(f"{d}/t2k.h5", 16, T=T, vocab=VOCAB, seed=3, unequal=False)
     tcp = ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
     out.append(f"\n## 3. Bytes sent per step per rank by the group's collectives (T = {T}, 1 row per group, "
                f"{LAYERS} layers, TCP over the loopback)\n")
-    out.append("| context_parallelism | ranks | measured per rank per step | formula 3·L·(n-1)·B·(T/n)·2·KVH·HS·4 | "
+    out.append("| context_parallelism | ranks | measured per rank per step | formula (3L-1)·(n-1)·B·(T/n)·2·KVH·HS·4 | "
                "measured / formula |")
     out.append("|---|---|---|---|---|")
     for cp in (2, 4):
         per_step = {}
         for layout in (cp, 1):
-            cfgs = write_config(f"{d}/bytes{cp}_{layout}.yml", **dict(
+            cfg = write_config(f"{d}/bytes{cp}_{layout}.yml", **dict(
                 base, train_files=f"{d}/t2k.h5", max_target_length=T, global_batch_size=cp // layout))
             sent = []
             for steps in (1, 3):
                 before = loopback_tx()
-                run(d, cfgs, cp, f"bytes_cp{layout}_w{cp}_s{steps}", {"context_parallelism": layout, "steps": steps},
+                run(d, cfg, cp, f"bytes_cp{layout}_w{cp}_s{steps}", {"context_parallelism": layout, "steps": steps},
                     tcp)
                 sent.append(loopback_tx() - before)
             per_step[layout] = (sent[1] - sent[0]) / 2
         measured = (per_step[cp] - per_step[1]) / cp
-        formula = 3 * LAYERS * (cp - 1) * 1 * (T // cp) * 2 * KVH * HS * 4
+        formula = (3 * LAYERS - 1) * (cp - 1) * 1 * (T // cp) * 2 * KVH * HS * 4
         out.append(f"| {cp} | {cp} | {measured / 2**20:.2f} MiB | {formula / 2**20:.2f} MiB | {measured / formula:.3f} |")
         print(out[-1], flush=True)
 
+
+def main():
+    d = tempdir()
+    out = []
+    base = dict(model_name="smollm2-135m", max_position_embeddings=16384, hardware="cpu", checkpoint_period=0,
+                async_checkpointing=False, learning_rate=1e-4, enable_data_shuffling=False)
+    sections = os.environ.get("SECTIONS", "123")  # which of the three to run
+    for key, section in (("1", memory), ("2", step_time), ("3", bytes_sent)):
+        if key in sections:
+            section(d, base, out)
     text = "\n".join(out) + "\n"
     print("\n" + text)
     if OUT_MD:

@@ -289,6 +289,9 @@ class Model {
   // same collectives, so a pass runs even where this rank's share has no weighted position.
   void set_context_parallel(const ContextSplit& split, comm::Group* group);
   int context_parallelism() const;  // 1 without
+  // The key/value all-gathers made so far (0 without): per micro-step 2L − 1, the backward of the last
+  // layer (and with remat of every layer, whose recomputation gathers) reusing its forward's.
+  uint64_t context_gathers() const;
 
   bool remat() const { return remat_; }
   bool bf16_activations() const { return bf16_acts_; }

@@ -4,7 +4,9 @@
 //   forward:  the k/v heads of this rank's rows are packed (copy_strided_rows), all-gathered over the group
 //             (member order), put back in position order (one index), and this rank's queries attend to
 //             them (attention_cp_fwd: its rows at their global positions, segments of the whole rows);
-//   backward: the same gather again (nothing per layer is kept: O(T·W) per rank, not O(L·T·W)), the
+//   backward: the same gather again, unless the buffer still holds this layer's (its forward ran last: the
+//             last layer, and under remat every layer, recomputed right before its backward); nothing
+//             per layer is kept (O(T·W) per rank, not O(L·T·W)); the
 //             attention's backward gives this rank's query gradients and its part of every position's
 //             k/v gradient, which go back in member order and are reduce-scattered: each rank receives
 //             the group's sum for its own rows' k/v heads.
@@ -52,6 +54,8 @@ size_t context_parallel_bytes(const config::ModelDims& d, int B, int T, int cp) 
 
 int Model::context_parallelism() const { return cp_ ? cp_->split.n : 1; }
 
+uint64_t Model::context_gathers() const { return cp_ ? cp_->gathers : 0; }
+
 const data::Batch& Model::share_of(const data::Batch& full, data::Batch& local) {
   if (!cp_) return full;
   ContextParallel& cp = *cp_;
@@ -81,6 +85,8 @@ void Model::gather_keys_values(const float* qkv, int B, int NH, int KVH, int HS)
   o.copy_strided_rows(cp.kv_local, W, nullptr, qkv + static_cast<size_t>(NH) * HS, QKV, nullptr, B * Tq, W);
   cp.group->all_gather(cp.kv_local, cp.kv_slots, static_cast<size_t>(B) * Tq * W * sizeof(float));
   o.copy_strided_rows(cp.kv_all, W, cp.slot_rows, cp.kv_slots, W, nullptr, n * B * Tq, W);
+  cp.gathered_from = qkv;
+  ++cp.gathers;
 }
 
 void Model::attention_forward(float* out, float* lse, const float* qkv, int B, int NH, int KVH, int HS) {
@@ -96,7 +102,10 @@ void Model::attention_backward(float* dqkv, const float* dout, const float* qkv,
   if (!cp_) return ops_.attention_bwd(dqkv, dout, qkv, out, lse, io_.seg(), B, T_, NH, KVH, HS);
   ContextParallel& cp = *cp_;
   const int QKV = (NH + 2 * KVH) * HS, W = 2 * KVH * HS, n = cp.split.n;
-  gather_keys_values(qkv, B, NH, KVH, HS);
+  // The layer's keys and values are still gathered when its forward (or its recomputation under remat) was
+  // the last attention to run: the backward of the last layer, and with remat of every layer.
+  if (cp.gathered_from != qkv) gather_keys_values(qkv, B, NH, KVH, HS);
+  cp.gathered_from = nullptr;  // the next layer's backward reads another layer's keys
   ops_.attention_cp_bwd(dqkv, cp.dkv_all, dout, qkv, cp.kv_all, out, lse, cp.qpos, io_.seg(),
                         cp.has_seg_k ? cp.seg_k : nullptr, B, T_, cp.split.T, NH, KVH, HS);
   // Back to member order, summed over the group: this rank's rows' k/v gradients into dqkv's k/v heads.

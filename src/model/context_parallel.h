@@ -22,6 +22,11 @@ struct Model::ContextParallel {
   // slots (and the gradients to scatter); (max_B·T, W) every position's k/v and this rank's part of their
   // gradients; W = 2·KVH·HS.
   float *kv_local = nullptr, *kv_slots = nullptr, *kv_all = nullptr, *dkv_all = nullptr;
+  // The qkv buffer kv_all was last gathered from, while it still holds what was gathered (null: nothing):
+  // a layer's backward that follows its own forward (the last layer; every layer under remat, whose
+  // recomputation gathers) finds its keys and values there and gathers nothing.
+  const float* gathered_from = nullptr;
+  uint64_t gathers = 0;  // all-gathers made (tests count them)
 };
 
 }  // namespace sftdp::model

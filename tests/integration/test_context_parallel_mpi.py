@@ -2,7 +2,8 @@
 parallelism, ranks, GA) in {(1,1,1) reference, (2,2,1), (2,2,2), (2,4,1) = 2 data-parallel groups,
 (4,4,1), (4,4,2)} gives the step-1 loss to 1e-6 rel, every step's loss to 1e-5, the same eval loss and
 final parameters to 1e-4, for gpt2-tiny and a Llama-family model (GQA) on packed rows whose segments
-end inside the ranks' chunks. A context-parallel run is bitwise the same run to run, and a checkpoint
+end inside the ranks' chunks; so do zero_stage 1, 2 and 3 with context parallelism (sharded over the
+whole world), and LoRA's adapters. A context-parallel run is bitwise the same run to run, and a checkpoint
 resumes across any factorisation: written at context parallelism 4, resumed as 2 data-parallel ranks,
 and the other way round, both ending where the reference ends."""
 import json
@@ -18,6 +19,8 @@ from harness import (TINY_MODEL, make_data, max_rel, read_metrics, read_params, 
 
 G, STEPS = 8, 20
 RUNS = [(2, 2, 1), (2, 2, 2), (2, 4, 1), (4, 4, 1), (4, 4, 2)]  # (context_parallelism, ranks, GA)
+# ZeRO shards over the whole world (SPEC §1): (context_parallelism, ranks, zero_stage)
+ZERO = [(2, 4, 1), (2, 2, 2), (4, 4, 3)]
 MODELS = {
     "gpt2": (TINY_MODEL, False),
     "llama": (dict(model_name="llama-tiny", decoder_block="llama", num_heads=4, num_kv_heads=2, emb_dim=32,
@@ -60,6 +63,7 @@ def setup(workdir):
 
 
 def train(setup, model, cp, ranks, ga, name, extra=None):
+    """(train metrics, eval metrics, step-20 params, stdout, output dir) of one run."""
     d, cfg = setup(model)
     out = f"{d}/{name}"
     keys = {"base_output_directory": out, "context_parallelism": cp, "gradient_accumulation_steps": ga}
@@ -104,6 +108,22 @@ def test_factorisation_matches_reference(runs, model, cp, ranks, ga, note):
     expect_reference(got, runs(model)[(1, 1, 1)], f"{model} context_parallelism {cp} x {ranks} ranks x GA {ga}",
                      note)
     assert f"context_parallelism {cp}" in got[3], "the start-up log names the layout"
+
+
+@pytest.mark.parametrize("model, cp, ranks, stage", [(m, *z) for m in MODELS for z in ZERO],
+                         ids=[f"{m}-cp{z[0]}-ranks{z[1]}-zero{z[2]}" for m in MODELS for z in ZERO])
+def test_zero_stages_with_context_parallelism(setup, runs, model, cp, ranks, stage, note):
+    got = train(setup, model, cp, ranks, 1, f"cp{cp}w{ranks}zero{stage}", {"zero_stage": stage})
+    expect_reference(got, runs(model)[(1, 1, 1)], f"{model} context_parallelism {cp} x {ranks} ranks, zero_stage "
+                     f"{stage}", note)
+
+
+def test_lora_with_context_parallelism(setup, note):
+    """LoRA's adapters (all linear modules, no dropout) train the same at context_parallelism 2 as on one rank."""
+    lora = {"lora_rank": 4, "lora_target_modules": "all-linear", "learning_rate": 1e-2}
+    ref = train(setup, "llama", 1, 1, 1, "lora_ref", lora)
+    got = train(setup, "llama", 2, 2, 1, "lora_cp2", lora)
+    expect_reference(got, ref, "llama LoRA context_parallelism 2 x 2 ranks", note)
 
 
 def test_bitwise_run_to_run(setup, runs):

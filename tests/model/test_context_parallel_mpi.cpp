@@ -49,13 +49,14 @@ std::vector<float> params_of(const config::ModelDims& d) {
 // rows at a micro-step.
 template <class Rows>
 std::vector<float> world_grads(comm::Communicator& c, const config::ModelDims& d, int n, int ga, int B, int T,
-                               const Rows& rows) {
-  auto m = model::make_model(d, cpu_ops(), B, T / n);
+                               const Rows& rows, bool remat = false, uint64_t* gathers = nullptr) {
+  auto m = model::make_model(d, cpu_ops(), B, T / n, remat);
   m->set_params_from_host(params_of(d));
   const auto group = c.context_group(n);
   m->set_context_parallel(model::context_split(T, c.world(), c.rank(), n), group.get());
   m->zero_grads();
   for (int micro = 0; micro < ga; ++micro) m->forward_backward(rows(c.rank() / n, micro));
+  if (gathers) *gathers = m->context_gathers();
   auto g = m->grads_to_host();
   c.allreduce_sum(g.data(), g.size());
   return g;
@@ -162,4 +163,22 @@ TEST(ContextParallel, RanksWithoutWeightedPositionsStillTakePart) {
     EXPECT_EQ(a[lay.total + 1], one[lay.total + 1]) << "weight sum, context_parallelism " << n;
     expect_tensors_near(lay, a, one, 1e-5, "weights in the first chunk only, context_parallelism " + std::to_string(n));
   }
+}
+
+// Backward gathers a layer's keys and values again only where its forward was not the last attention to
+// run: 2L − 1 all-gathers per micro-step without remat (the last layer's backward reuses its forward's) and
+// with remat too (each recomputed layer's), and the gradient sums are the same bits either way.
+TEST(ContextParallel, BackwardReusesTheLastGatherWithAndWithoutRemat) {
+  auto c = comm::make_mpi_communicator();
+  comm::set_collective_timeout(120);
+  auto d = test::tiny_llama_dims();
+  d.L = 3, d.maxT = 320;
+  const int B = 2, T = 64, n = 2, ga = 2;
+  const auto rows = [&](int g, int micro) { return group_rows(g, micro, B, T, d.V); };
+  uint64_t plain = 0, remat = 0;
+  const auto a = world_grads(*c, d, n, ga, B, T, rows, false, &plain);
+  const auto b = world_grads(*c, d, n, ga, B, T, rows, true, &remat);
+  EXPECT_EQ(plain, uint64_t(ga * (2 * d.L - 1))) << "without remat";
+  EXPECT_EQ(remat, uint64_t(ga * (2 * d.L - 1))) << "with remat";
+  EXPECT_EQ(a, b) << "remat gives the same bits";
 }
