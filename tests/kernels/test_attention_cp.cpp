@@ -114,6 +114,8 @@ TEST(AttentionCp, EachRanksRowsAreTheWholeSequencesAttention) {
       expect_ranks_match_the_whole({2, 24, 4, 2, 8}, n, segments);   // GQA
       expect_ranks_match_the_whole({1, 48, 3, 3, 16}, n, segments);  // multi-head
     }
+  // Across the CPU twin's tiles: 520 query rows (5 tiles of 128), 1040 keys (chunks of 512).
+  for (bool segments : {false, true}) expect_ranks_match_the_whole({1, 1040, 2, 1, 16}, 2, segments);
 }
 
 TEST(AttentionCp, BitsDoNotDependOnTheThreadCount) {
