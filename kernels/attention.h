@@ -40,6 +40,29 @@ void attention_bwd(float* dqkv,                          // (B,T,QKV) =
                    const float* out, const float* lse,   // (B,T,NH·HS) (B,NH,T): attention_fwd's
                    const int32_t* seg,                   // (B,T) or null
                    int B, int T, int NH, int KVH, int HS);
+// Context parallelism (SPEC §1, issue 37): this rank's Tq query rows against Tk gathered keys and
+// values in global order (key j is at position j). Query row t is at global position qpos[t] (the
+// same for every row b) and sees keys j <= qpos[t] with seg_k[b,j] == seg_q[b,t] (both null: no
+// segments). qkv: this rank's rows (B,Tq,QKV), of which the q heads are read; kv: (B,Tk,2·KVH·HS),
+// the KVH k heads then the KVH v heads of every position. out (B,Tq,NH·HS) =, lse (B,NH,Tq) =, as
+// attention_fwd's for the same positions of the whole sequence.
+void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
+// Its backward: dqkv's q heads (B,Tq,QKV) = the gradient of this rank's queries (its k and v heads are
+// not touched: the model puts the reduce-scattered dkv there); dkv (B,Tk,2·KVH·HS) = this rank's part
+// of every gathered position's k and v gradient (what its queries saw: the sum over the group's
+// ranks is the whole gradient). dout, out, lse: attention_cp_fwd's shapes. Sums in a fixed order
+// (positions, then query heads in increasing h): the bits do not depend on the thread count.
+void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv, const float* out,
+                      const float* lse, const int32_t* qpos, const int32_t* seg_q, const int32_t* seg_k, int B, int Tq,
+                      int Tk, int NH, int KVH, int HS);
+// The bf16 table's form (cuda-bf16: q, k, v and dout read rounded to bf16, all else fp32, the contract of
+// attention_fwd_bf16 on CUDA cores): the fp32 twins on rounded copies of the three inputs.
+void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                           const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
+void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                           const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                           const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
 // Bytes of the CPU twins' own working memory for this shape on `threads` threads (kept between
 // calls, grow-only): per thread a (128, 512) score tile and two (128, T) strips of P and dP, and in
 // backward one fp32 k and v gradient per query head when KVH < NH. Linear in T: what the memory
@@ -85,6 +108,20 @@ void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t*
                         int HS, cudaStream_t stream);
 void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+// Context parallelism's twins (kernels/cuda/attention_cp.cu): on CUDA cores, the contracts of the CPU twins (fp32, and
+// the bf16 table's with q, k, v and dout rounded as read).
+void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
+                      cudaStream_t stream);
+void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv, const float* out,
+                      const float* lse, const int32_t* qpos, const int32_t* seg_q, const int32_t* seg_k, int B, int Tq,
+                      int Tk, int NH, int KVH, int HS, cudaStream_t stream);
+void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                           const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
+                           cudaStream_t stream);
+void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                           const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                           const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS, cudaStream_t stream);
 // The cuda-bf16 table's entries (kernels/cuda/attention_tc.cu): tensor cores where
 // attention_bf16::tensor_cores(HS), else attention_{fwd,bwd}_bf16 above. The lse is the forward's own
 // (natural log), for its own backward.

@@ -15,6 +15,12 @@ void gather_rows(float* out,                                  // (n,C) =
 void scatter_rows(float* out,                                 // (N,C) listed rows =
                   const float* inp, const int32_t* idx,       // (n,C) (n)
                   int n, int C);
+// Context parallelism's key/value moves (src/model/context_attention.cpp): n rows of C floats between
+// two tensors of row strides ldo and ldi, each side listed by an index or, where it is null, in order:
+//   copy_strided_rows: out[(oidx ? oidx[i] : i)·ldo + c] = inp[(iidx ? iidx[i] : i)·ldi + c], i < n, c < C.
+// The rows written are distinct; pure copies, the same bits everywhere.
+void copy_strided_rows(float* out, int ldo, const int32_t* oidx, const float* inp, int ldi, const int32_t* iidx, int n,
+                       int C);
 }  // namespace sftdp::cpu
 
 // The bf16 activation path (kernels/act16.h): the same copies of bf16 rows.
@@ -31,6 +37,8 @@ void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n,
 namespace sftdp::cuda {
 void gather_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream);
 void scatter_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream);
+void copy_strided_rows(float* out, int ldo, const int32_t* oidx, const float* inp, int ldi, const int32_t* iidx, int n,
+                       int C, cudaStream_t stream);
 }  // namespace sftdp::cuda
 namespace sftdp::cuda::act16 {  // the act16 twins, on `stream`
 void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C, cudaStream_t stream);   // (n,C) = ; (N,C) (n)

@@ -87,6 +87,10 @@ struct Ops {
   decltype(&cpu::cross_entropy_fwd_bwd) cross_entropy_fwd_bwd;
   decltype(&cpu::gather_rows) gather_rows;
   decltype(&cpu::scatter_rows) scatter_rows;
+  // Context parallelism (issue 37; null where the table has no context-parallel attention yet: the CUDA tables)
+  decltype(&cpu::copy_strided_rows) copy_strided_rows;
+  decltype(&cpu::attention_cp_fwd) attention_cp_fwd;
+  decltype(&cpu::attention_cp_bwd) attention_cp_bwd;
   decltype(&cpu::adamw_update) adamw_update;
   decltype(&cpu::sum_squares) sum_squares;
   decltype(&cpu::adamw_step) adamw_step;  // the update decided on the device (kernels/adamw.h)

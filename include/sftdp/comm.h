@@ -30,6 +30,22 @@ class MpiSession {
   std::string host_;
 };
 
+// Context parallelism (issue 37, SPEC §1): the ranks of one context group, which hold the same rows,
+// each a share of every row's positions. Its collectives work on the parent communicator's memory
+// (host for MPI, device for NCCL), block until the result is usable, and run under the collective
+// deadline like the parent's; every member makes the same calls in the same order.
+class Group {
+ public:
+  virtual ~Group() = default;
+  virtual int size() const = 0;
+  virtual int index() const = 0;  // this rank's place in the group
+  // recv (size·bytes) = every member's send (bytes), member i's at recv + i·bytes.
+  virtual void all_gather(const void* send, void* recv, size_t bytes) = 0;
+  // recv (n floats) = the sum over the members of their send[index·n, (index + 1)·n), index being
+  // this rank's; send holds size·n floats. Out of place. Bitwise the same run to run.
+  virtual void reduce_scatter_sum(const float* send, float* recv, size_t n) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -80,6 +96,9 @@ class Communicator {
   virtual Ticket start_all_gather_bf16(uint16_t* buf, size_t block) = 0;
   virtual void wait(Ticket ticket) = 0;
   virtual void wait_all() = 0;
+  // Context parallelism: groups of n adjacent ranks (ranks g·n … g·n + n − 1 form group g); a
+  // collective over every rank (MPI_Comm_split / ncclCommSplit). n must divide world().
+  virtual std::unique_ptr<Group> context_group(int n) = 0;
   // Host-side helpers, always over MPI: sums of doubles, broadcast of bytes, barrier.
   virtual void allreduce_sum_host(double* buf, size_t n) = 0;
   virtual void broadcast_host(void* buf, size_t bytes, int root) = 0;

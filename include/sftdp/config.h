@@ -23,6 +23,9 @@ struct Config {
   int64_t global_batch_size = -1;      // exactly one of these two is set (> 0)
   int64_t per_device_batch_size = -1;  // rows per rank per micro-step
   int64_t gradient_accumulation_steps = 1;
+  // Context parallelism (issue 37, SPEC §1): ranks per group that share every row's positions; the
+  // world is world / context_parallelism data-parallel groups. 1 = none.
+  int64_t context_parallelism = 1;
   int64_t max_target_length = 1024;
   // Data
   std::vector<std::string> train_files;  // one path or a YAML list; rows are concatenated
@@ -146,11 +149,14 @@ std::vector<KeyChange> resume_changes(const Config& now, const std::string& chec
 // The batch factorisation for a given world size (SPEC §1).
 struct BatchPlan {
   int64_t global_batch = 0;   // G rows per optimizer step
-  int64_t micro_batch = 0;    // rows per rank per micro-step = G / world / ga
+  int64_t micro_batch = 0;    // rows per data-parallel group per micro-step = G / (world / cp) / ga
   int64_t ga_steps = 1;
   int world_size = 1;
+  int context_parallelism = 1;  // cp: ranks per group, each holding 1/cp of every row's positions
+  int data_parallel() const { return world_size / context_parallelism; }
 };
-// Throws UserError when G / world / ga is not a whole number >= 1.
+// Throws UserError when context_parallelism does not divide the world or G / (world / cp) / ga is not a
+// whole number >= 1.
 BatchPlan resolve_batch(const Config& cfg, int world_size);
 
 }  // namespace sftdp::config

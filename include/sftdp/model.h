@@ -42,6 +42,10 @@ struct Ops;
 }
 namespace sftdp::model {
 class GraphCache;
+struct ContextSplit;  // src/model/context_split.h
+}
+namespace sftdp::comm {
+class Group;
 }
 
 namespace sftdp::model {
@@ -276,6 +280,19 @@ class Model {
   void set_head_chunking(int rows, bool every_row = false);
   int head_chunk_rows() const { return head_rows_; }
 
+  // Context parallelism (issue 37, SPEC §1): this rank holds split's positions of every row and attends
+  // with the ranks of `group` (split.n of them; the model does not own it). Call once, before any pass, on
+  // a model made with T = split.local_T() and the fp32 activation path; the passes then take the group's
+  // whole rows (T = split.T), keep this rank's share (local_batch) and run every layer's attention over
+  // the group: the k/v heads of its rows all-gathered, the queries of its rows against every position,
+  // the k/v gradients reduce-scattered back (src/model/context_attention.cpp). Every member makes the
+  // same collectives, so a pass runs even where this rank's share has no weighted position.
+  void set_context_parallel(const ContextSplit& split, comm::Group* group);
+  int context_parallelism() const;  // 1 without
+  // The key/value all-gathers made so far (0 without): per micro-step 2L − 1, the backward of the last
+  // layer (and with remat of every layer, whose recomputation gathers) reusing its forward's.
+  uint64_t context_gathers() const;
+
   bool remat() const { return remat_; }
   bool bf16_activations() const { return bf16_acts_; }
   // The bf16 activation path (kernels/act16.h; issue 34): with bf16 activations on the bf16-GEMM table and no
@@ -371,6 +388,11 @@ class Model {
     (*ready_)(b.first, b.second);
   }
   virtual void run_backward(int B) = 0;
+  // The families' attention over B rows of this rank's T_ positions: ops_.attention_fwd / attention_bwd on
+  // the rows alone, or with context parallelism the group's (see set_context_parallel). Same contract.
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int NH, int KVH, int HS);
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                          int NH, int KVH, int HS);
 
   config::ModelDims d_;
   const Ops& ops_;
@@ -455,6 +477,13 @@ class Model {
   bool every_row_ = false;
   bool all_active_ = false;  // the micro-batch weights every position: the head reads hidden in place
   void run_head16(float* sums, bool backward, int B);  // run_head on the act16 path
+  struct ContextParallel;  // src/model/context_attention.cpp
+  std::unique_ptr<ContextParallel> cp_;
+  // Every position's k/v heads, in position order, from the group's rows of qkv (this pass's layer).
+  void gather_keys_values(const float* qkv, int B, int NH, int KVH, int HS);
+  // The share of `full` this rank computes: full itself, or with context parallelism its positions
+  // (the group's segments kept for the keys).
+  const data::Batch& share_of(const data::Batch& full, data::Batch& local);
   std::unique_ptr<GraphCache> graphs_;
   bool graphable(bool with_ready) const;  // the passes may be captured (see set_cuda_graphs)
 };
@@ -483,6 +512,10 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
 // ignored with remat, which keeps none of them).
 // lora: adapters on a frozen base (LoraSpec; rank 0: none).
 // zero_stage 2 or 3: see Model::zero_stage(). bf16_weights: see Model::bf16_weights().
+// Bytes set_context_parallel adds for B rows of T positions over a group of cp ranks (0 when cp is 1): the
+// gathered keys and values and their gradients, in fp32, and the index tables.
+size_t context_parallel_bytes(const config::ModelDims& d, int B, int T, int cp);
+
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
                                   bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0,
                                   bool bf16_weights = false);

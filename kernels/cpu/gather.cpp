@@ -22,6 +22,16 @@ void scatter_rows(float* out, const float* inp, const int32_t* idx, int n, int C
     std::memcpy(out + static_cast<size_t>(idx[i]) * row, inp + static_cast<size_t>(i) * row, row * sizeof(float));
 }
 
+void copy_strided_rows(float* out, int ldo, const int32_t* oidx, const float* inp, int ldi, const int32_t* iidx, int n,
+                       int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; ++i) {
+    const size_t o = static_cast<size_t>(oidx ? oidx[i] : i), r = static_cast<size_t>(iidx ? iidx[i] : i);
+    std::memcpy(out + o * static_cast<size_t>(ldo), inp + r * static_cast<size_t>(ldi),
+                static_cast<size_t>(C) * sizeof(float));
+  }
+}
+
 namespace act16 {  // the same copies of bf16 rows
 
 void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C) {

@@ -33,6 +33,17 @@ void copy_rows(T* out, const T* inp, const int32_t* idx, int n, int C, bool scat
   CHECK_LAUNCH();
 }
 
+// Context parallelism's moves: a warp per row, element by element (rows of 2·KVH·HS floats at strides that
+// need not keep 16-byte alignment).
+__global__ void copy_strided_rows_kernel(float* out, int ldo, const int32_t* oidx, const float* inp, int ldi,
+                                         const int32_t* iidx, int n, int C) {
+  for_each_row_by_warp(static_cast<size_t>(n), [&](size_t i, int lane) {
+    float* dst = out + static_cast<size_t>(oidx ? oidx[i] : i) * ldo;
+    const float* src = inp + static_cast<size_t>(iidx ? iidx[i] : i) * ldi;
+    for (int c = lane; c < C; c += kWarp) dst[c] = src[c];
+  });
+}
+
 __nv_bfloat16* bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 const __nv_bfloat16* bf16(const uint16_t* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
 
@@ -44,6 +55,13 @@ void gather_rows(float* out, const float* inp, const int32_t* idx, int n, int C,
 
 void scatter_rows(float* out, const float* inp, const int32_t* idx, int n, int C, cudaStream_t stream) {
   copy_rows(out, inp, idx, n, C, /*scatter=*/true, stream);
+}
+
+void copy_strided_rows(float* out, int ldo, const int32_t* oidx, const float* inp, int ldi, const int32_t* iidx, int n,
+                       int C, cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return;
+  SFTDP_LAUNCH(copy_strided_rows_kernel, row_blocks(n, kBlock), kBlock, 0, stream, out, ldo, oidx, inp, ldi, iidx, n, C);
+  CHECK_LAUNCH();
 }
 
 namespace act16 {

@@ -129,6 +129,13 @@ constexpr Ops make_cuda_ops() {
       .cross_entropy_fwd_bwd = on_stream<&cpu::cross_entropy_fwd_bwd, &cuda::cross_entropy_fwd_bwd>(),
       .gather_rows = on_stream<&cpu::gather_rows, &cuda::gather_rows>(),
       .scatter_rows = on_stream<&cpu::scatter_rows, &cuda::scatter_rows>(),
+      .copy_strided_rows = on_stream<&cpu::copy_strided_rows, &cuda::copy_strided_rows>(),
+      // context parallelism: on CUDA cores; the bf16 table's reads q, k, v and dO rounded to bf16 (its
+      // tensor-core attention has no context-parallel twin yet)
+      .attention_cp_fwd = bf16 ? on_stream<&cpu::attention_cp_fwd, &cuda::attention_cp_fwd_bf16>()
+                               : on_stream<&cpu::attention_cp_fwd, &cuda::attention_cp_fwd>(),
+      .attention_cp_bwd = bf16 ? on_stream<&cpu::attention_cp_bwd, &cuda::attention_cp_bwd_bf16>()
+                               : on_stream<&cpu::attention_cp_bwd, &cuda::attention_cp_bwd>(),
       .adamw_update = on_stream<&cpu::adamw_update, &cuda::adamw_update>(),
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
       .adamw_step = on_stream<&cpu::adamw_step, &cuda::adamw_step>(),

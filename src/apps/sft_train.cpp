@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "sftdp/check.h"
 #include "sftdp/comm.h"
@@ -18,7 +19,8 @@
 static void usage(FILE* f) {
   std::fprintf(f,
                "usage: sft_train CONFIG.yml [key=value ...]\n"
-               "       sft_train --plan [--ranks N] [--ranks-per-node N] [--memory-gib X] CONFIG.yml [key=value ...]\n"
+               "       sft_train --plan [--ranks N] [--ranks-per-node N] [--memory-gib X] [--context-parallelism N]\n"
+               "                        CONFIG.yml [key=value ...]\n"
                "  Fine-tunes models of the GPT-2 and Llama families (GPT-2, SmolLM2, Qwen2.5, Qwen3,\n"
                "  Llama 3.x), full or LoRA, data-parallel over MPI ranks.\n"
                "  Later key=value pairs override the file (e.g. steps=100 learning_rate=1e-4).\n"
@@ -26,6 +28,7 @@ static void usage(FILE* f) {
                "  --plan: print what each rank of the run would hold and whether it fits, for N ranks\n"
                "  (default 1), N per node (default all), X GiB per GPU or, for CPU ranks, per node\n"
                "  (default: this machine's); allocates nothing, needs neither MPI nor the hardware.\n"
+               "  --context-parallelism N: the plan at context_parallelism N (the key, given last).\n"
                "  Keys: see configs/reference.yml; a full and a LoRA recipe per family in configs/recipes/.\n"
                "  Exit: 0 ok (--plan: fits), 2 bad input (--plan: does not fit), 1 other failure.\n"
                "  Under mpirun, mpirun -q keeps Open MPI's exit banner from following an error line.\n");
@@ -54,6 +57,7 @@ static double plan_gib(const char* flag, const char* text) {
 static int plan_main(int argc, char** argv) {
   try {
     sftdp::train::PlanTarget target;
+    std::string context;  // --context-parallelism N as an override
     int i = 2;
     for (; i < argc && std::strncmp(argv[i], "--", 2) == 0; ++i) {
       const char* flag = argv[i];
@@ -61,11 +65,18 @@ static int plan_main(int argc, char** argv) {
       if (!std::strcmp(flag, "--ranks")) target.ranks = static_cast<int>(plan_int(flag, value, 1));
       else if (!std::strcmp(flag, "--ranks-per-node")) target.ranks_per_node = static_cast<int>(plan_int(flag, value, 1));
       else if (!std::strcmp(flag, "--memory-gib")) target.memory_gib = plan_gib(flag, value);
-      else throw sftdp::UserError(std::string(flag) + ": unknown flag (--plan takes --ranks, --ranks-per-node, --memory-gib)");
+      else if (!std::strcmp(flag, "--context-parallelism"))
+        context = "context_parallelism=" + std::to_string(plan_int(flag, value, 1));
+      else
+        throw sftdp::UserError(std::string(flag) + ": unknown flag (--plan takes --ranks, --ranks-per-node, "
+                               "--memory-gib, --context-parallelism)");
       ++i;
     }
-    // The config and its overrides, as for a run: argv[i - 1] stands in for the program name.
-    const auto cfg = sftdp::config::from_args(argc - (i - 1), argv + (i - 1));
+    // The config and its overrides, as for a run: argv[i - 1] stands in for the program name;
+    // --context-parallelism N is the last override (context_parallelism=N).
+    std::vector<char*> args(argv + (i - 1), argv + argc);
+    if (!context.empty()) args.push_back(context.data());
+    const auto cfg = sftdp::config::from_args(static_cast<int>(args.size()), args.data());
     std::fflush(stdout);
     const int rc = sftdp::train::print_plan(cfg, target, stdout);
     std::fflush(stdout);

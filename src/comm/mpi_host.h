@@ -19,6 +19,8 @@ class MpiHostCommunicator : public Communicator {
   void allreduce_sum_host(double* buf, size_t n) override;
   void broadcast_host(void* buf, size_t bytes, int root) override;
   void barrier() override;
+  // Over MPI on host memory (comm/mpi_group.cpp); the NCCL communicator overrides it.
+  std::unique_ptr<Group> context_group(int n) override;
   // MPI_Abort ends every rank, also those waiting inside a collective.
   [[noreturn]] void abort(int code) override;
 

@@ -70,6 +70,8 @@ class NcclCommunicator final : public MpiHostCommunicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   const char* name() const override { return "nccl"; }
+  // Context parallelism: groups of n adjacent ranks, split from this communicator (ncclCommSplit).
+  std::unique_ptr<Group> context_group(int n) override;
 
   // buf: device memory, n floats, summed in place across ranks.
   void allreduce_sum(float* buf, size_t n) override {
@@ -263,6 +265,77 @@ class NcclCommunicator final : public MpiHostCommunicator {
   Ticket last_ticket_ = 0;  // the newest ticket given out (tickets start at 1)
   unsigned shard_kinds_ = 0;  // ShardKind bits queued since the last wait_all (0: nothing to wait for)
 };
+
+// Context parallelism's group (sftdp/comm.h's Group) on device memory: an ncclCommSplit of the job's
+// communicator (color = group, key = world rank), its own stream and events. Each collective waits for the
+// kernels queued so far (an event), runs on the group's stream and returns when complete, polled under the
+// collective deadline (ncclCommAbort on expiry), like NcclCommunicator::run. NCCL's ring reduce-scatter sums
+// in an order fixed by the group size: the same bits run to run.
+// GPU-CHECK: run only in the CUDA simulator so far (NCCL 2, 4 ranks); a real 2+ GPU run must show the
+// simulator's results.
+class NcclGroup final : public Group {
+ public:
+  NcclGroup(ncclComm_t parent, int n, int world_rank) : size_(n), index_(world_rank % n) {
+    CHECK_NCCL(ncclCommSplit(parent, world_rank / n, world_rank, &comm_, nullptr));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&kernels_done_, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+  ~NcclGroup() override {
+    (void)cudaStreamSynchronize(stream_);
+    (void)ncclCommDestroy(comm_);
+    (void)cudaEventDestroy(kernels_done_);
+    (void)cudaEventDestroy(done_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  int size() const override { return size_; }
+  int index() const override { return index_; }
+  void all_gather(const void* send, void* recv, size_t bytes) override {
+    assert_out_of_place("Group::all_gather", static_cast<const char*>(send), bytes, static_cast<const char*>(recv),
+                        bytes * size_);
+    run("the context group's key/value all-gather", [&] {
+      CHECK_NCCL_TIMED("ncclAllGather", bytes, ncclAllGather(send, recv, bytes, ncclInt8, comm_, stream_));
+    });
+  }
+  void reduce_scatter_sum(const float* send, float* recv, size_t n) override {
+    assert_out_of_place("Group::reduce_scatter_sum", send, n * size_, recv, n);
+    run("the context group's key/value gradient reduce-scatter", [&] {
+      CHECK_NCCL_TIMED("ncclReduceScatter", n, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, comm_, stream_));
+    });
+  }
+
+ private:
+  template <class Launch>
+  void run(const char* what, const Launch& launch) {
+    CHECK_CUDA(cudaEventRecord(kernels_done_, static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream())));
+    CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
+    detail::Collective c(what);
+    launch();
+    CHECK_CUDA(cudaEventRecord(done_, stream_));
+    c.wait_until(
+        [this] {
+          const cudaError_t e = cudaEventQuery(done_);
+          if (e == cudaSuccess) return true;
+          if (e != cudaErrorNotReady) CHECK_CUDA(e);
+          ncclResult_t async = ncclSuccess;
+          CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
+          if (async != ncclSuccess && async != ncclInProgress) CHECK_NCCL(async);
+          return false;
+        },
+        [this] { (void)ncclCommAbort(comm_); });
+  }
+  int size_, index_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t kernels_done_ = nullptr, done_ = nullptr;
+};
+
+std::unique_ptr<Group> NcclCommunicator::context_group(int n) {
+  SFTDP_ASSERT(n >= 1 && world_ % n == 0, "context_group: n must divide the world size");
+  return std::make_unique<NcclGroup>(comm_, n, rank_);
+}
 
 }  // namespace
 

@@ -66,6 +66,7 @@ const std::vector<Alias>& all_aliases() {
       {"adam_epsilon", "TRL", "adam_eps"},
       {"max_grad_norm", "TRL", "gradient_clipping_threshold"},
       {"gradient_checkpointing", "TRL", "remat"},
+      {"ici_context_parallelism", "MaxText", "context_parallelism"},
       {"logging_steps", "TRL", "log_period"},
       {"save_steps", "TRL", "checkpoint_period"},
       {"save_total_limit", "TRL", "keep_checkpoints", R::kNullIsZero},

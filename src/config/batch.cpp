@@ -1,4 +1,4 @@
-// src/config/batch.cpp — the batch factorisation G = world_size × GA × micro (SPEC §1).
+// src/config/batch.cpp — the batch factorisation G = (world_size / context_parallelism) × GA × micro (SPEC §1).
 // global_batch_size fixes G (the optimisation does not depend on world size or GA);
 // per_device_batch_size fixes micro, so G grows with the world. Either way micro is a whole
 // number >= 1 or the user gets an error naming the key.
@@ -9,8 +9,16 @@
 
 namespace sftdp::config {
 
-BatchPlan resolve_batch(const Config& cfg, int world_size) {
-  SFTDP_ASSERT(world_size >= 1, "world size must be >= 1");
+BatchPlan resolve_batch(const Config& cfg, int world) {
+  SFTDP_ASSERT(world >= 1, "world size must be >= 1");
+  const int64_t cp = cfg.context_parallelism;
+  if (cp < 1) throw UserError("context_parallelism: must be >= 1, got " + std::to_string(cp));
+  if (world % cp != 0)
+    throw UserError("context_parallelism: " + std::to_string(cp) + " does not divide the " + std::to_string(world) +
+                    " ranks (the world is data-parallel groups of context_parallelism ranks)");
+  // The rows are the data-parallel groups' (every rank of a group holds the same rows); below, the
+  // world is that number of groups.
+  const int world_size = static_cast<int>(world / cp);
   const int64_t ga = cfg.gradient_accumulation_steps;
   if (ga < 1)
     throw UserError("gradient_accumulation_steps: must be >= 1, got " + std::to_string(ga));
@@ -20,10 +28,14 @@ BatchPlan resolve_batch(const Config& cfg, int world_size) {
                                  "per_device_batch_size, not both"
                                : "global_batch_size: not set (give global_batch_size or "
                                  "per_device_batch_size)");
-  const std::string factors = "world_size (" + std::to_string(world_size) +
-                              ") × gradient_accumulation_steps (" + std::to_string(ga) + ")";
+  const std::string factors =
+      (cp == 1 ? "world_size (" + std::to_string(world_size)
+               : "data-parallel groups (world_size " + std::to_string(world) + " / context_parallelism " +
+                     std::to_string(cp) + " = " + std::to_string(world_size)) +
+      ") × gradient_accumulation_steps (" + std::to_string(ga) + ")";
   BatchPlan plan;
-  plan.world_size = world_size;
+  plan.world_size = world;
+  plan.context_parallelism = static_cast<int>(cp);
   plan.ga_steps = ga;
   if (has_per_device) {
     if (cfg.per_device_batch_size < 1)

@@ -116,6 +116,7 @@ const std::vector<KeySpec>& all_keys() {
       {"global_batch_size", "Batch", &Config::global_batch_size, true},
       {"per_device_batch_size", "Batch", &Config::per_device_batch_size, true},
       {"gradient_accumulation_steps", "Batch", &Config::gradient_accumulation_steps},
+      {"context_parallelism", "Batch", &Config::context_parallelism},
       {"max_target_length", "Batch", &Config::max_target_length},
       {"train_files", "Data", &Config::train_files},
       {"eval_files", "Data", &Config::eval_files},

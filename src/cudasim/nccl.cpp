@@ -1,7 +1,7 @@
 // src/cudasim/nccl.cpp — the NCCL subset sft-dp uses, written from NCCL's documented semantics, between
 // the ranks of an mpirun: communicators over MPI_COMM_WORLD (every rank calls ncclCommInitRank, as one
 // communicator over the job; NCCL's own "Duplicate GPU" refusal when two ranks of one host share a
-// device), and AllReduce, ReduceScatter, AllGather, Broadcast, Reduce queued on their CUDA stream like
+// device; ncclCommSplit's sub-communicators of them), and AllReduce, ReduceScatter, AllGather, Broadcast, Reduce queued on their CUDA stream like
 // kernels. Reductions run in rank order 0, 1, ..., W-1 for every element (reduce-scatter by all-to-all,
 // then all-gather), so all ranks get the same bits whatever MPI's algorithms are, as NCCL promises.
 // Send and receive buffers are either disjoint or in NCCL's in-place arrangement; any other overlap,
@@ -512,6 +512,32 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   comm->rank = rank, comm->nranks = nranks, comm->device = device;
   if (MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &comm->mpi) != MPI_SUCCESS)
     return warn(ncclSystemError, "ncclCommInitRank: MPI_Comm_split failed");
+  MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
+  std::lock_guard<std::mutex> lock(comms_mu());
+  comms().emplace(comm.get(), comm);
+  *out = comm.get();
+  return ncclSuccess;
+}
+
+// NCCL 2.18's split (nccl.h): collective over the parent's ranks; the ranks that give the same color form one
+// communicator, ordered by key and then by their rank in the parent; NCCL_SPLIT_NOCOLOR gives none. The config
+// (non-blocking mode, CTA limits) changes nothing here: the simulator's communicators are blocking. As in NCCL,
+// no collective may be in flight on the parent meanwhile (here: an MPI_Comm_split of its MPI communicator).
+ncclResult_t ncclCommSplit(ncclComm_t parent_handle, int color, int key, ncclComm_t* out, ncclConfig_t* /*config*/) {
+  if (!out) return ncclInvalidArgument;
+  *out = nullptr;
+  const auto parent = find_comm(parent_handle);
+  if (!parent) return warn(ncclInvalidArgument, "ncclCommSplit: not a communicator");
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) return warn(ncclInvalidArgument, "ncclCommSplit: negative color");
+  MPI_Comm split = MPI_COMM_NULL;
+  if (MPI_Comm_split(parent->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &split) != MPI_SUCCESS)
+    return warn(ncclSystemError, "ncclCommSplit: MPI_Comm_split failed");
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  auto comm = std::make_shared<ncclComm>();
+  comm->mpi = split;
+  comm->device = parent->device;
+  MPI_Comm_rank(split, &comm->rank);
+  MPI_Comm_size(split, &comm->nranks);
   MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
   std::lock_guard<std::mutex> lock(comms_mu());
   comms().emplace(comm.get(), comm);

@@ -123,7 +123,7 @@ void Gpt2::block_forward(int l, int B, bool through_output) {
   if (x.ln1_16) o.bf16_pack(x.ln1_16, x.ln1, NC), mirror(kMirrorAct0, x.ln1, x.ln1_16, NC);
   o.matmul_fwd(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
   lora_forward(l, LoraSite::kQkv, x.qkv, 3 * C, x.ln1, B);
-  o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, NH, C / NH);
+  attention_forward(x.atty, x.lse, x.qkv, B, NH, NH, C / NH);
   o.matmul_fwd(a.scratch_btc, x.atty, w.projw, w.projb, N, C, C);
   lora_forward(l, LoraSite::kAttnProj, a.scratch_btc, C, x.atty, B);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, NC);
@@ -193,7 +193,7 @@ void Gpt2::run_backward(int B) {
     // a.dresidual = d residual2; the attention branch
     o.matmul_bwd(a.scratch_btc, mut(dw.projw), mut(dw.projb), a.dresidual, x.atty, w.projw, N, C, C);
     lora_backward(l, LoraSite::kAttnProj, a.scratch_btc, a.dresidual, C, x.atty, B);
-    o.attention_bwd(a.dqkv, a.scratch_btc, x.qkv, x.atty, x.lse, io_.seg(), B, T, NH, NH, C / NH);
+    attention_backward(a.dqkv, a.scratch_btc, x.qkv, x.atty, x.lse, B, NH, NH, C / NH);
     o.matmul_bwd(a.scratch_btc, mut(dw.qkvw), mut(dw.qkvb), a.dqkv, x.ln1, w.qkvw, N, C, 3 * C);
     lora_backward(l, LoraSite::kQkv, a.scratch_btc, a.dqkv, 3 * C, x.ln1, B);
     o.layernorm_bwd(a.dresidual, mut(dw.ln1w), mut(dw.ln1b), a.scratch_btc, residual, w.ln1w,

@@ -150,7 +150,7 @@ void Llama::block_forward(int l, int B, bool through_output) {
     lora_forward(l, LoraSite::kQkv, x.qkv, QKV, x.ln1, B);
   }
   o.rope_fwd(x.qkv, io_.pos(), inv_freq_, B, T, NH, KVH, HS);
-  o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, KVH, HS);
+  attention_forward(x.atty, x.lse, x.qkv, B, NH, KVH, HS);
   o.matmul_fwd(a.scratch_btc, x.atty, w.proj, nullptr, N, A, C);
   lora_forward(l, LoraSite::kAttnProj, a.scratch_btc, C, x.atty, B);
   o.residual_fwd(x.residual2, residual, a.scratch_btc, size_t(N) * C);
@@ -218,7 +218,7 @@ void Llama::run_backward(int B) {
     // a.dresidual = d residual2; the attention branch
     o.matmul_bwd(a.scratch_bta, dw.proj, nullptr, a.dresidual, x.atty, w.proj, N, A, C);
     lora_backward(l, LoraSite::kAttnProj, a.scratch_bta, a.dresidual, C, x.atty, B);
-    o.attention_bwd(a.dqkv, a.scratch_bta, x.qkv, x.atty, x.lse, io_.seg(), B, T, NH, KVH, HS);
+    attention_backward(a.dqkv, a.scratch_bta, x.qkv, x.atty, x.lse, B, NH, KVH, HS);
     o.rope_bwd(a.dqkv, io_.pos(), inv_freq_, B, T, NH, KVH, HS);
     const float* dqkv_linear = a.dqkv;  // gradient at the qkv projection's output
     if (d_.qk_norm) {

@@ -21,6 +21,7 @@
 #include "kernels/bf16.h"
 #include "kernels/encoder.h"
 #include "kernels/ops.h"
+#include "model/context_parallel.h"
 #include "model/graph_cache.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
@@ -301,7 +302,7 @@ int Model::default_head_chunk_rows16(int V, int max_rows) {
 }
 
 bool Model::graphable(bool with_ready) const {
-  return graphs_->enabled() && !residency_ && !with_ready && !(lora_.enabled() && lora_.dropout > 0);
+  return graphs_->enabled() && !residency_ && !cp_ && !with_ready && !(lora_.enabled() && lora_.dropout > 0);
 }
 
 void Model::set_cuda_graphs(bool on) { graphs_->set_enabled(on); }
@@ -526,14 +527,19 @@ void Model::end_pass() {
   for (int slot = 0; slot < kMirrorSlots; ++slot) ops_.bf16_mirror(slot, nullptr, nullptr, 0);
 }
 
-void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
+void Model::forward_backward(const data::Batch& full, const GradReady& ready) {
+  data::Batch local;
+  const data::Batch& batch = share_of(full, local);
   upload(batch, /*training=*/true);
   SFTDP_ASSERT(residency_ || (zero_stage_ < 2 && !bf16_weights_), "zero_stage 2/3 or bf16 weights: the model has no residency");
   // Buckets reported during the passes: an untied head's, then one per block (layer_backward_done).
-  const size_t early = ready && io_.n_active > 0 ? head_buckets_ + d_.L : 0;
-  if (io_.n_active == 0 && residency_) {
+  // Context parallelism: the group's other members need this rank's keys and values, so the passes run
+  // even where its share has no weighted position (the head then sends back zeros).
+  const bool passes = io_.n_active > 0 || cp_;
+  const size_t early = ready && passes ? head_buckets_ + d_.L : 0;
+  if (!passes && residency_) {
     replay_schedule(/*training=*/true);  // every rank makes the pass's collectives, with sums of 0
-  } else if (io_.n_active > 0 && graphable(static_cast<bool>(ready))) {  // the passes alone: a graph once repeated
+  } else if (passes && graphable(static_cast<bool>(ready))) {  // the passes alone: a graph once repeated
     training_ = true;
     const GraphCache::Key key{0, batch.B, io_.n_head, io_.has_segments, io_.has_positions, all_active_};
     graphs_->run(key, [&] {
@@ -544,7 +550,7 @@ void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
       end_pass();
     });
     training_ = false;
-  } else if (io_.n_active > 0) {  // else no weighted position: the loss, weight and gradient sums += 0
+  } else if (passes) {  // else no weighted position: the loss, weight and gradient sums += 0
     training_ = true;      // LoRA dropout applies (never in forward(), evaluation)
     if (residency_) residency_->begin_pass(true);
     begin_pass();
@@ -570,10 +576,12 @@ void Model::forward_backward(const data::Batch& batch, const GradReady& ready) {
   for (size_t i = early; i < buckets_.size(); ++i) ready(buckets_[i].first, buckets_[i].second);
 }
 
-LossSums Model::forward(const data::Batch& batch) {
+LossSums Model::forward(const data::Batch& full) {
+  data::Batch local;
+  const data::Batch& batch = full.B > 0 ? share_of(full, local) : full;
   SFTDP_ASSERT(residency_ || (zero_stage_ < 2 && !bf16_weights_), "zero_stage 2/3 or bf16 weights: the model has no residency");
   if (batch.B > 0) upload(batch, /*training=*/false);
-  if (batch.B == 0 || io_.n_active == 0) {
+  if (batch.B == 0 || (io_.n_active == 0 && !cp_)) {
     if (residency_) replay_schedule(/*training=*/false);  // the pass's collectives, no kernels
     return {0, 0};
   }

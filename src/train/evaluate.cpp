@@ -1,5 +1,6 @@
 // src/train/evaluate.cpp — see evaluate.h. Chunk c covers rows [c·world·b, (c+1)·world·b);
-// rank r takes its b-row slice of the chunk (possibly short or empty at the end).
+// rank r takes its b-row slice of the chunk (possibly short or empty at the end). With context
+// parallelism "world" and "rank" are the data-parallel groups: every rank of a group the same slice.
 #include "train/evaluate.h"
 
 #include <algorithm>
@@ -9,7 +10,8 @@ namespace sftdp::train {
 
 EvalResult evaluate(model::Model& model, const data::Dataset& eval, comm::Communicator& comm,
                     int64_t micro_batch, int64_t global_batch, int64_t eval_steps) {
-  const int64_t world = comm.world(), rank = comm.rank();
+  // Context parallelism: a group's ranks take the same rows (each forward keeps its share of them).
+  const int64_t cp = model.context_parallelism(), world = comm.world() / cp, rank = comm.rank() / cp;
   const int64_t N = eval_steps >= 0 ? std::min(eval.rows(), eval_steps * global_batch) : eval.rows();
   const int64_t chunk = world * micro_batch;
   const int64_t chunks = (N + chunk - 1) / chunk;

@@ -53,6 +53,7 @@ class PlanCommunicator final : public comm::Communicator {
   void allreduce_sum_host(double*, size_t) override { none("allreduce_sum_host"); }
   void broadcast_host(void*, size_t, int) override { none("broadcast_host"); }
   void barrier() override { none("barrier"); }
+  std::unique_ptr<comm::Group> context_group(int) override { none("context_group"); }
   [[noreturn]] void abort(int) override { none("abort"); }
 
  private:
@@ -89,11 +90,14 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
                        bool bf16_weight_dtype) {
   SFTDP_ASSERT(choice.zero_stage >= 0 && choice.zero_stage <= 3, "plan_memory: zero_stage 0 to 3");
   const int B = choice.micro_batch;
+  const int T_full = T;
+  T /= choice.context_parallelism;  // the positions this rank holds (model/context_split.h)
   const int model_stage = choice.zero_stage >= 2 ? choice.zero_stage : 0;  // as the trainer makes the model
   const bool bf16w = bf16_weights(bf16_weight_dtype, gpu, choice.zero_stage, lora);
   const auto f = model::footprint(d, ops, B, T, choice.remat, bf16_activations, lora, model_stage, bf16w);
   MemoryPlan p;
   p.params = f.params, p.grads = f.grads, p.activations = f.activations, p.other = f.other;
+  p.activations += model::context_parallel_bytes(d, B, T_full, choice.context_parallelism);
 
   // The optimiser as the trainer builds it, on a model of the counting table: AdamW's moments, and at
   // zero_stage 2 and 3 ZeroUnits's master and gradient shards with the unit slots.
@@ -179,10 +183,11 @@ Available available_memory(bool gpu, const comm::MpiSession& mpi) {
 
 MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batch, const config::ModelDims& d,
                         const Ops& ops, const Available& available, int rank, int world, bool gpu, int cpu_threads) {
-  const bool bf16_activations = gpu && cfg.dtype == "bfloat16";
+  const bool bf16_activations = train::bf16_activations(cfg, gpu);
   const model::LoraSpec lora = model::lora_spec(cfg, d);
   const int T = static_cast<int>(cfg.max_target_length);
-  const MemoryChoice now{static_cast<int>(batch.micro_batch), cfg.remat, static_cast<int>(cfg.zero_stage)};
+  const MemoryChoice now{static_cast<int>(batch.micro_batch), cfg.remat, static_cast<int>(cfg.zero_stage),
+                         batch.context_parallelism};
   const auto plan_of = [&](const MemoryChoice& c) {
     return plan_memory(d, ops, T, c, rank, world, gpu, bf16_activations, cpu_threads, lora,
                        cfg.weight_dtype == "bfloat16");
@@ -196,7 +201,7 @@ MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batc
     if (need <= available.bytes) fits.push_back(what + " (" + gib(need) + ")");
     return need <= available.bytes;
   };
-  if (!now.remat) fit({now.micro_batch, true, now.zero_stage}, "remat: true");
+  if (!now.remat) fit({now.micro_batch, true, now.zero_stage, now.context_parallelism}, "remat: true");
   for (int m = now.micro_batch - 1; m >= 1; --m) {  // the most rows per micro-step that fit
     if (now.micro_batch % m != 0) continue;
     const int64_t ga = batch.ga_steps * (now.micro_batch / m);
@@ -205,13 +210,14 @@ MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batc
             ? "per_device_batch_size: " + std::to_string(m) +
                   " with gradient_accumulation_steps: " + std::to_string(ga) + " (the same global batch)"
             : "gradient_accumulation_steps: " + std::to_string(ga) + " (" + std::to_string(m) + " rows per micro-step)";
-    if (fit({m, now.remat, now.zero_stage}, what)) break;
+    if (fit({m, now.remat, now.zero_stage, now.context_parallelism}, what)) break;
   }
   // Sharding helps only across ranks: the least other stage that fits (on one rank every stage holds
   // everything, the ZeRO-2/3 shards in addition to what they replace).
   if (world > 1)
     for (int stage = 0; stage <= 3; ++stage)
-      if (stage != now.zero_stage && fit({now.micro_batch, now.remat, stage}, "zero_stage: " + std::to_string(stage)))
+      if (stage != now.zero_stage &&
+          fit({now.micro_batch, now.remat, stage, now.context_parallelism}, "zero_stage: " + std::to_string(stage)))
         break;
   std::string advice;
   if (!fits.empty()) {
@@ -219,11 +225,12 @@ MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batc
     for (size_t i = 0; i < fits.size(); ++i) advice += (i ? "; " : "") + fits[i];
   } else {
     // All of them together: remat, one row per micro-step and the stage that needs least.
-    MemoryChoice all{1, true, now.zero_stage};
+    MemoryChoice all{1, true, now.zero_stage, now.context_parallelism};
     size_t need = plan_of(all).total();
     if (world > 1)
       for (int stage = 0; stage <= 3; ++stage)
-        if (const size_t n = plan_of({1, true, stage}).total(); n < need) need = n, all.zero_stage = stage;
+        if (const size_t n = plan_of({1, true, stage, now.context_parallelism}).total(); n < need)
+          need = n, all.zero_stage = stage;
     const std::string together =
         "remat: true, 1 row per micro-step" + (world > 1 ? " and zero_stage: " + std::to_string(all.zero_stage) : "");
     advice = need <= available.bytes

@@ -46,6 +46,7 @@ struct MemoryChoice {
   int micro_batch = 1;
   bool remat = false;
   int zero_stage = 0;
+  int context_parallelism = 1;  // activations at T / cp per rank, plus the group's key/value buffers
 };
 
 // A Communicator that only answers rank() and world(): what a planned optimiser is built on (AdamW and
@@ -62,6 +63,12 @@ std::unique_ptr<comm::Communicator> world_only_communicator(int rank, int world)
 MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const MemoryChoice& choice, int rank,
                        int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora = {},
                        bool bf16_weight_dtype = false);
+
+// Whether the run's model keeps bf16 activations (dtype: bfloat16 on the GPU, SPEC §3): not with context
+// parallelism, whose attention reads fp32 activations (the act16 path has no context-parallel twin yet).
+inline bool bf16_activations(const config::Config& cfg, bool gpu) {
+  return gpu && cfg.dtype == "bfloat16" && cfg.context_parallelism == 1;
+}
 
 // Whether a run stores its parameters as bf16 (model::Model::bf16_weights, issue 25): weight_dtype
 // bfloat16 on the GPU at zero_stage 1, 2 or 3 without LoRA. At zero_stage 0 the fp32 parameters are

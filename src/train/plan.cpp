@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/context_split.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
 #include "train/device.h"
@@ -74,7 +75,8 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   const int T = static_cast<int>(cfg.max_target_length);
   const int micro = static_cast<int>(batch.micro_batch);
   const auto plan_at = [&](int stage, bool remat, int rank = 0) {
-    return plan_memory(dims, ops, T, {micro, remat, stage}, rank, target.ranks, gpu, gpu && cfg.dtype == "bfloat16",
+    return plan_memory(dims, ops, T, {micro, remat, stage, batch.context_parallelism}, rank, target.ranks, gpu,
+                       bf16_activations(cfg, gpu),
                        threads, lora, cfg.weight_dtype == "bfloat16");
   };
 
@@ -99,9 +101,19 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   }
   std::fprintf(out, ", head %s\n", dims.tied ? "tied" : "untied");
   if (!hf_note.empty()) std::fprintf(out, "plan: %s\n", hf_note.c_str());
-  std::fprintf(out, "plan: %d rank(s), %d per node; global batch %lld = %d rank(s) x GA %lld x %d rows, T=%d, dtype %s\n",
-               target.ranks, per_node, static_cast<long long>(batch.global_batch), target.ranks,
+  std::fprintf(out, "plan: %d rank(s), %d per node; global batch %lld = %d %s x GA %lld x %d rows, T=%d, dtype %s\n",
+               target.ranks, per_node, static_cast<long long>(batch.global_batch), batch.data_parallel(),
+               batch.context_parallelism > 1 ? "data-parallel group(s)" : "rank(s)",
                static_cast<long long>(batch.ga_steps), micro, T, cfg.dtype.c_str());
+  if (batch.context_parallelism > 1) {
+    const int cp = batch.context_parallelism;
+    std::fprintf(out,
+                 "plan: context_parallelism %d: %d data-parallel group(s) of %d adjacent ranks; each rank holds %d of "
+                 "every row's %d positions (chunks i and %d-i of %d) and gathers the group's keys and values per layer: "
+                 "activations below are per rank at T/%d, with the gathered key/value buffers (%s)\n",
+                 cp, batch.data_parallel(), cp, T / cp, T, 2 * cp - 1, 2 * cp, cp,
+                 gib(model::context_parallel_bytes(dims, micro, T, cp)).c_str());
+  }
   std::fprintf(out, "plan: memory per rank: %s (%s)\n", available.known ? gib(available.bytes).c_str() : "unknown",
                available.what.c_str());
   if (gpu && cfg.weight_dtype == "bfloat16")

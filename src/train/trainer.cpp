@@ -26,6 +26,7 @@
 #include "sftdp/optim.h"
 #include "sftdp/train.h"
 #include "optim/zero_units.h"
+#include "model/context_split.h"
 #include "train/checkpoint_saver.h"
 #include "train/device.h"
 #include "train/evaluate.h"
@@ -85,6 +86,11 @@ void check_inputs(const config::Config& cfg, comm::MpiSession& mpi, Inputs& in) 
   in.dev = pick_device(cfg, mpi);
   comm::Communicator& comm = *in.dev.comm;
   in.T = static_cast<int>(cfg.max_target_length);
+  if (in.plan.context_parallelism > 1 && !in.dev.ops->attention_cp_fwd)
+    throw UserError("context_parallelism: " + std::to_string(in.plan.context_parallelism) + " needs a context-parallel " +
+                    "attention, which the " + in.dev.ops->name + " kernels do not have yet (on the GPU: dtype: float32)");
+  if (in.plan.context_parallelism > 1)  // the layout's own checks (T divisible by 2·cp)
+    (void)model::context_split(in.T, comm.world(), comm.rank(), in.plan.context_parallelism);
   // Every rank opens the data files; one that cannot (a path missing on its node) stops them all.
   comm::agree_on_user_errors([&] {
     in.train.emplace(cfg.train_files, in.T, in.dims.V, in.dims.maxT);
@@ -138,10 +144,21 @@ void log_zero_units(const optim::AdamW& opt, int64_t ga) {
 void log_startup(const config::Config& cfg, const Inputs& in, const model::Model& model, const optim::AdamW& opt) {
   const auto& plan = in.plan;
   log::info("sft-dp: %s %s, %d rank(s) x GA %lld x %lld rows = global batch %lld, T=%d, %zu params",
-            config::block_name(in.dims).c_str(), in.dev.ops->name, plan.world_size, (long long)plan.ga_steps,
+            config::block_name(in.dims).c_str(), in.dev.ops->name, plan.data_parallel(), (long long)plan.ga_steps,
             (long long)plan.micro_batch, (long long)plan.global_batch, in.T, model.layout().total);
+  if (plan.context_parallelism > 1)
+    log::info("context parallelism: %d rank(s) = %d data-parallel group(s) x context_parallelism %d; each rank holds "
+              "%d of every row's %d positions (chunks i and 2n-1-i of 2n), the group's keys and values all-gathered "
+              "per layer (%.3f MiB of buffers); the batch above counts groups",
+              plan.world_size, plan.data_parallel(), plan.context_parallelism, in.T / plan.context_parallelism, in.T,
+              model::context_parallel_bytes(in.dims, static_cast<int>(plan.micro_batch), in.T, plan.context_parallelism) /
+                  1048576.0);
   if (const std::string note = config::hf_model_note(cfg); !note.empty()) log::info("%s", note.c_str());
-  if (in.dev.gpu) {  // which attention kernel runs (kernels/attention.h)
+  if (in.dev.gpu && plan.context_parallelism > 1) {  // kernels/cuda/attention_cp.cu
+    log::info("attention: context parallel over %d ranks, CUDA cores, %s", plan.context_parallelism,
+              gemm_inputs_bf16(*in.dev.ops) ? "q, k, v and dO rounded to bf16 (dtype bfloat16), fp32 activations"
+                                            : "fp32 (dtype float32)");
+  } else if (in.dev.gpu) {  // which attention kernel runs (kernels/attention.h)
     const int HS = in.dims.head_size();
     if (!gemm_inputs_bf16(*in.dev.ops))
       log::info("attention: CUDA cores, fp32 (dtype float32)");
@@ -206,7 +223,10 @@ optim::StepStats train_step(const config::Config& cfg, const Inputs& in, const s
   model.zero_grads();
   or_abort_job(comm, [&] {
     for (int micro = 0; micro < in.plan.ga_steps; ++micro) {
-      in.train->read_rows(data::micro_rows(rows, comm.rank(), comm.world(), static_cast<int>(in.plan.ga_steps), micro),
+      // Context parallelism: the ranks of a group read the same rows (the model keeps its share of them).
+      const int cp = in.plan.context_parallelism;
+      in.train->read_rows(data::micro_rows(rows, comm.rank() / cp, comm.world() / cp, static_cast<int>(in.plan.ga_steps),
+                                           micro),
                           batch);
       const bool overlap = cfg.allreduce_overlap && micro == in.plan.ga_steps - 1;
       model.forward_backward(batch, overlap ? start_bucket : model::Model::GradReady{});
@@ -292,9 +312,16 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   const int zero_stage = static_cast<int>(cfg.zero_stage);
   const model::LoraSpec lora = model::lora_spec(cfg, in.dims);
   const auto model_ptr = model::make_model(
-      in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T, cfg.remat, in.dev.gpu && cfg.dtype == "bfloat16",
+      in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T / plan.context_parallelism, cfg.remat, bf16_activations(cfg, in.dev.gpu),
       lora, zero_stage >= 2 ? zero_stage : 0, bf16_weights(cfg.weight_dtype == "bfloat16", in.dev.gpu, zero_stage, lora));
   model::Model& model = *model_ptr;
+  // Context parallelism (SPEC §1): groups of adjacent ranks, each rank two chunks of every row.
+  std::unique_ptr<comm::Group> context_group;
+  if (plan.context_parallelism > 1) {
+    context_group = comm.context_group(plan.context_parallelism);
+    model.set_context_parallel(model::context_split(in.T, comm.world(), comm.rank(), plan.context_parallelism),
+                               context_group.get());
+  }
   model.set_cuda_graphs(cfg.cuda_graphs);
   optim::AdamW opt(model, comm, zero_stage);
   bool async_checkpoints = false;  // before restore: a refused start touches nothing

@@ -35,8 +35,9 @@ std::vector<Config> configs_touching_every_key() {
       "resume=false", "hf_export=true", "hf_export_tokenizer='tok dir/'", "log_period=3",
       "param_check_period=7"};
   std::vector<std::string> a = common, b = common;
+  // context_parallelism excludes lora_dropout (config b has it).
   for (const char* kv : {"steps=17", "global_batch_size=24", "model_name=gpt2-124m", "allreduce_overlap=true",
-                         "num_decoder_layers=3", "vocab_size=1000"})
+                         "context_parallelism=2", "num_decoder_layers=3", "vocab_size=1000"})
     a.push_back(kv);
   // allreduce_overlap excludes zero_stage 1: one in each config.
   for (const char* kv : {"num_epochs=2",

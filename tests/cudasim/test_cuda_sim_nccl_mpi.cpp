@@ -1,7 +1,7 @@
 // tests/cudasim/test_cuda_sim_nccl_mpi.cpp — the simulator's NCCL between the ranks of an mpirun (2 and
 // 4 ranks, one simulated GPU each), against MPI: AllReduce (sum, prod, max, min, avg; fp32, fp64,
 // int32, bf16) gives every rank the same bits, the rank-ordered sum of all contributions; ReduceScatter
-// and AllGather in place and out of place; Broadcast and Reduce from a non-zero root; group calls.
+// and AllGather in place and out of place; Broadcast and Reduce from a non-zero root; group calls; ncclCommSplit.
 // Collectives are ordered on their stream like kernels: one queued on a second stream without a
 // cudaStreamWaitEvent reads the data before the producing kernel ran (a wrong result, every time),
 // with the wait it reads the data after. Refusals as NCCL gives them: two ranks on one GPU
@@ -180,6 +180,39 @@ TEST_F(SimNccl, ReduceScatterAndAllGatherInPlaceAndOut) {
   ASSERT_EQ(cudaMemcpy(whole + r * block, part.data(), block * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(ncclAllGather(whole + r * block, whole, block, ncclFloat, comm_, stream_), ncclSuccess);
   EXPECT_TRUE(bitwise_equal(host(whole, block * W), parts));
+}
+
+// ncclCommSplit (NCCL 2.18; context parallelism's groups): the ranks giving one color form a communicator,
+// ranked by key (here the reverse of the parent's order), whose collectives involve them alone; a rank giving
+// NCCL_SPLIT_NOCOLOR gets none. Here colors are rank / 2 (pairs), and rank 1 of a 4-rank job opts out.
+TEST_F(SimNccl, CommSplitGroupsRanksByColorOrderedByKey) {
+  const int r = rank(), W = world();
+  const bool out = W == 4 && r == 1;
+  ncclComm_t sub = nullptr;
+  ASSERT_EQ(ncclCommSplit(comm_, out ? NCCL_SPLIT_NOCOLOR : r / 2, -r, &sub, nullptr), ncclSuccess);
+  if (out) {
+    EXPECT_EQ(sub, nullptr) << "NCCL_SPLIT_NOCOLOR: no communicator";
+    MPI_Barrier(MPI_COMM_WORLD);
+    return;
+  }
+  ASSERT_NE(sub, nullptr);
+  const int pair = r / 2, members = (W == 4 && pair == 0) ? 1 : 2;  // rank 1 left pair 0 on 4 ranks
+  int count = 0, mine = -1;
+  ASSERT_EQ(ncclCommCount(sub, &count), ncclSuccess);
+  ASSERT_EQ(ncclCommUserRank(sub, &mine), ncclSuccess);
+  EXPECT_EQ(count, members);
+  EXPECT_EQ(mine, members == 1 ? 0 : 1 - r % 2) << "ranked by key (-rank): the higher parent rank first";
+  // An all-gather over the group: member m's value at m, and only the group's members take part.
+  const std::vector<float> value{static_cast<float>(100 + r)};
+  float* src = device_from(value);
+  float* all = device<float>(static_cast<size_t>(count));
+  ASSERT_EQ(ncclAllGather(src, all, 1, ncclFloat, sub, stream_), ncclSuccess);
+  std::vector<float> expect(static_cast<size_t>(count));
+  for (int q = 2 * pair; q < 2 * pair + 2 && q < W; ++q)
+    if (!(W == 4 && q == 1)) expect[static_cast<size_t>(members == 1 ? 0 : 1 - q % 2)] = static_cast<float>(100 + q);
+  EXPECT_TRUE(bitwise_equal(host(all, static_cast<size_t>(count)), expect));
+  EXPECT_EQ(ncclCommDestroy(sub), ncclSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST_F(SimNccl, BroadcastReduceAndGroupsFromANonZeroRoot) {

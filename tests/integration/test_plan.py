@@ -173,6 +173,37 @@ def test_what_does_not_fit_is_the_real_runs_error(tmp_path):
     assert re.search(r"^\| fits +\| +no \| +yes \| +yes \| +yes \|$", p.stdout, re.M), p.stdout  # zero_stage 0 would not
 
 
+def test_context_parallelism_fits_llama_8b_at_64k_and_128k(tmp_path):
+    """Issue 37: Llama-3.1-8B full fine-tuning (zero_stage 3, remat, 1 row x GA 16, bf16 GEMMs) on 8 x 80 GiB
+    does not fit at T = 65536 or 131072 with every rank holding whole rows; it does at 131072 with
+    context_parallelism 8 and at 65536 with 4 (x 2 data-parallel groups), and the plan's activations per rank
+    shrink with the group (T/N positions each). --context-parallelism N is the key's flag."""
+    d = str(tmp_path)
+    cfg = write_config(f"{d}/c.yml", model_name="llama-3.1-8b", train_files=f"{d}/none.h5", hardware="gpu",
+                       dtype="bfloat16", weight_dtype="bfloat16", per_device_batch_size=1,
+                       gradient_accumulation_steps=16, zero_stage=3, remat=True)
+
+    def activations(p):
+        row = re.search(r"^\| activations +\| +([\d.]+) GiB \|", p.stdout, re.M)
+        return float(row.group(1))
+
+    for T in (65536, 131072):
+        p = plan(cfg, "--ranks", "8", "--memory-gib", "80", overrides=[f"max_target_length={T}"])
+        assert p.returncode == 2 and "error: memory: this rank needs" in p.stderr, p.stdout + p.stderr
+    p = plan(cfg, "--ranks", "8", "--memory-gib", "80", "--context-parallelism", "8", overrides=["max_target_length=131072"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^plan: fits \(zero_stage 3, remat true\)$", p.stdout, re.M), p.stdout
+    assert "context_parallelism 8: 1 data-parallel group(s) of 8 adjacent ranks; each rank holds 16384 of every " \
+           "row's 131072 positions" in p.stdout, p.stdout
+    cp8 = activations(p)
+    p = plan(cfg, "--ranks", "8", "--memory-gib", "80", overrides=["max_target_length=65536", "context_parallelism=4"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "global batch 32 = 2 data-parallel group(s) x GA 16 x 1 rows" in p.stdout, p.stdout
+    cp4 = activations(p)
+    # Both hold 16384 positions per rank; the gathered k/v buffers grow with T (the whole rows' keys).
+    assert cp8 > cp4 > 0.9 * cp8, (cp4, cp8)
+
+
 def test_a_larger_stage_1_gradient_row_is_explained(tmp_path):
     """bf16 weights at zero_stage 1 keep the full fp32 gradient buffer beside the slots and the shard it is
     reduce-scattered into: larger than stage 0's row, which a note says is no bug (issue 35)."""

@@ -141,6 +141,7 @@ class CountingComm : public comm::Communicator {
   void allreduce_sum_host(double* buf, size_t n) override { host_allreduces.push_back(n), c_.allreduce_sum_host(buf, n); }
   void broadcast_host(void* buf, size_t bytes, int root) override { c_.broadcast_host(buf, bytes, root); }
   void barrier() override { c_.barrier(); }
+  std::unique_ptr<comm::Group> context_group(int n) override { return c_.context_group(n); }
   [[noreturn]] void abort(int code) override {
     c_.abort(code);
     std::abort();  // not reached (gcc does not carry [[noreturn]] through the virtual call)
