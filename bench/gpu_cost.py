@@ -328,6 +328,28 @@ KERNELS = {
         "kv_cache.cu", "out qkv k_cache v_cache p NH KVH HS scale", "attention_cuda",
         lambda a: 4 * a.HS * a.NH * ((a.grid[0] // a.NH) * a.p + causal_pairs(a.grid[0] // a.NH)),
         lambda a: F4 * ((a.p + a.grid[0] // a.NH) * 2 * a.KVH * a.HS + 2 * a.grid[0] * a.HS)),
+    # attention_cp.cu (context parallelism, issue 37): a rank's Tq query rows against Tk gathered keys. Block
+    # (b, t, h) of the forward and the dq pass, (b, key j, k/v head) of the dk/dv pass; under the load-balanced
+    # layout a query row sees Tk/2 keys on average, and a key is seen by Tq/2 of the rank's rows. Per visible
+    # (query, key, head): forward q·k and P·v (4·HS flops), dq pass q·k, dO·v and dS·k (6·HS), dk/dv pass dO·O,
+    # q·k, dO·v, dS·q and P·dO (10·HS). Bytes: what must move at least once (each launch's q, dO, O and out
+    # rows, the gathered k/v of its rows, lse).
+    "cp_fwd_kernel": K("attention_cp.cu", "out lse qkv kv qpos seg_q seg_k Tq Tk NH KVH HS scale", "attention_cuda",
+                       lambda a: 4 * a.HS * a.grid[0] * a.Tk // 2,
+                       lambda a: F4 * (2 * a.grid[0] * a.HS + a.grid[0]
+                                       + a.grid[0] // (a.Tq * a.NH) * a.Tk * 2 * a.KVH * a.HS)),
+    "cp_dq_kernel": K("attention_cp.cu", "dqkv dout qkv kv out lse qpos seg_q seg_k Tq Tk NH KVH HS scale",
+                      "attention_cuda", lambda a: 6 * a.HS * a.grid[0] * a.Tk // 2,
+                      lambda a: F4 * (4 * a.grid[0] * a.HS + a.grid[0]
+                                      + a.grid[0] // (a.Tq * a.NH) * a.Tk * 2 * a.KVH * a.HS)),
+    "cp_dkv_kernel": K("attention_cp.cu", "dkv dout qkv kv out lse qpos seg_q seg_k Tq Tk NH KVH HS scale",
+                       "attention_cuda", lambda a: 10 * a.HS * (a.NH // a.KVH) * a.grid[0] * a.Tq // 2,
+                       lambda a: F4 * (a.grid[0] // (a.Tk * a.KVH) * (a.Tq * (3 * a.NH * a.HS + a.NH)
+                                                                        + 2 * a.Tk * 2 * a.KVH * a.HS))),
+    # gather.cu: context parallelism's k/v moves, n rows of C floats (an index per listed side)
+    "copy_strided_rows_kernel": K("gather.cu", "out ldo oidx inp ldi iidx n C", "memory", lambda a: 0,
+                                  lambda a: 2 * F4 * a.n * a.C
+                                  + F4 * a.n * ((not a.null("oidx")) + (not a.null("iidx")))),
     "attention_tc_segment_ranges_kernel": K("attention_tc.cu", "ranges seg T", "memory",
                                             lambda a: 0, lambda a: F4 * a.grid[1] * a.T + 8 * a.grid[0] * a.grid[1]),
 }
