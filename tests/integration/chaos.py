@@ -14,9 +14,9 @@ by a seeded random sequence of faults, each followed by what the job documents (
                       aside (.corrupt) and resumes from the one before
   kill_in_flight_save a rank killed while a checkpoint is written in the background (async_checkpointing,
                       the default): the ranks are stopped when a step_<S>/ without index appears, and
-                      one is killed only if it still has none (else they go on to the next save); the
-                      directory stays uncommitted, the resubmission removes it and resumes from the one
-                      before
+                      one is killed only if, all of them stopped, some rank's shard is not in place yet
+                      (else they may have agreed to commit: they go on to the next save); the directory
+                      stays uncommitted, the resubmission removes it and resumes from the one before
   missing_shard       a rank killed and one shard file of the newest checkpoint deleted before the
                       resubmission: the run names the missing file, moves the directory aside and
                       resumes from the one before
@@ -76,6 +76,32 @@ def uncommitted(run_dir):
     """step_<S>/ directories without index.h5: a checkpoint being written (or one never finished)."""
     return sorted(p for p in glob.glob(f"{run_dir}/checkpoints/step_*")
                   if re.fullmatch(r"step_\d+", os.path.basename(p)) and not os.path.isfile(f"{p}/index.h5"))
+
+
+def shards_renamed(step_dir):
+    """How many shard_<r>.h5 of a step_<S>/ are in place (renamed from their temporary names): a rank
+    reports its background write ended only after that rename, so while one is missing the ranks cannot
+    have agreed to commit (SPEC §5) and killing any rank leaves the directory without its index."""
+    return sum(1 for n in os.listdir(step_dir) if re.fullmatch(r"shard_\d+\.h5", n)) if os.path.isdir(step_dir) else 0
+
+
+def all_stopped(pids, timeout=10):
+    """Waits until every thread of every pid is stopped (state T): SIGSTOP takes effect only once a thread
+    leaves the system call it is in (an fsync, a rename), so os.kill's return does not mean stopped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for pid in pids:
+            for task in glob.glob(f"/proc/{pid}/task/*/stat"):
+                try:
+                    with open(task) as f:
+                        states.append(f.read().rpartition(")")[2].split()[0])
+                except OSError:
+                    pass  # a thread that ended meanwhile
+        if all(st in ("T", "t") for st in states):
+            return True
+        time.sleep(0.001)
+    return False
 
 
 def checkpoint_bytes(path):
@@ -283,13 +309,16 @@ class Soak:
                 continue
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)
-            if uncommitted(self.run_dir):  # still being written: the save is in flight
+            all_stopped(pids)
+            # In flight only while some rank's shard is not in place: once all are, the ranks may already have
+            # agreed to commit, and rank 0 would write the index after the kill (a commit, not a lost save).
+            if any(shards_renamed(p) < len(pids) for p in uncommitted(self.run_dir)):
                 os.kill(victim, signal.SIGKILL)
                 for pid in pids:
                     if pid != victim:
                         os.kill(pid, signal.SIGCONT)
                 break
-            for pid in pids:  # committed meanwhile: let them go on to the next save
+            for pid in pids:  # written (or committed) meanwhile: let them go on to the next save
                 os.kill(pid, signal.SIGCONT)
             while uncommitted(self.run_dir) == pending and time.monotonic() < deadline:
                 time.sleep(0.001)
