@@ -33,51 +33,18 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/vec_math.h"
 #include "sftdp/check.h"
 
 namespace sftdp::cpu {
 
 namespace {
-constexpr int kRows = 128;  // Br: query rows per tile; fixed, so results depend on T only
-constexpr int kCols = 512;  // Bc: keys per chunk: a (Br, Bc) fp32 score tile is 256 KiB, in L2
-constexpr int kLanes = 16;  // independent fp32 accumulators of a row sum: element j to lane j mod 16
-
-// Σ_{j<n} f(j) in a fixed order: element j to lane j mod 16, then the lanes in order. Vectorisable,
-// and ~4x less rounding than one running sum over a long row.
-template <class F>
-float lane_sum(int n, F f) {
-  float lane[kLanes] = {};
-  int j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += f(j + l);
-  for (int l = 0; j < n; ++j, ++l) lane[l] += f(j);
-  float sum = 0.0f;
-  for (int l = 0; l < kLanes; ++l) sum += lane[l];
-  return sum;
-}
-
-// max_{j<n} x[j] (−inf for n <= 0), lane by lane as lane_sum, so that it vectorises.
-float lane_max(const float* x, int n) {
-  constexpr float kNone = -std::numeric_limits<float>::infinity();
-  float lane[kLanes];
-  for (int l = 0; l < kLanes; ++l) lane[l] = kNone;
-  int j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
-  for (int l = 0; j < n; ++j, ++l) lane[l] = x[j] > lane[l] ? x[j] : lane[l];
-  float m = kNone;
-  for (int l = 0; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
-  return m;
-}
-
-// Row-major C(M,N) = alpha·op(A)·op(B) + beta·C on strided views.
-void gemm(bool a_t, bool b_t, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-          float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, a_t ? CblasTrans : CblasNoTrans, b_t ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-              lda, B, ldb, beta, C, ldc);
-}
+using attention_tiles::gemm;
+using attention_tiles::kCols;
+using attention_tiles::kRows;
+using attention_tiles::lane_max;
+using attention_tiles::lane_sum;
 
 void check_dims(const char* op, int B, int T, int NH, int KVH, int HS) {
   SFTDP_ASSERT(B >= 0 && T > 0 && NH > 0 && KVH > 0 && HS > 0 && NH % KVH == 0,

@@ -31,6 +31,7 @@
 #include "kernels/act16.h"
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
+#include "kernels/cpu/attention_tiles.h"
 #include "sftdp/check.h"
 
 namespace sftdp::cpu {
@@ -39,15 +40,8 @@ namespace {
 using attention_bf16::kLog2e;
 using attention_bf16::kTile;
 constexpr int kChunk = 16;  // an mma's k
-constexpr float kMasked = -std::numeric_limits<float>::infinity();
+using attention_tiles::kMasked;
 
-std::vector<float> rounded(const float* x, size_t n) {
-  std::vector<uint16_t> bits(n);
-  std::vector<float> r(n);
-  bf16_pack(bits.data(), x, n);
-  bf16_unpack(r.data(), bits.data(), n);
-  return r;
-}
 float round_bf16(float x) {
   uint16_t b;
   float r;
@@ -100,7 +94,7 @@ void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t*
                         int HS) {
   check_dims("attention_fwd_bf16", B, T, NH, KVH, HS);
   const int QKV = (NH + 2 * KVH) * HS, G = NH / KVH, OC = NH * HS;
-  const std::vector<float> x = rounded(qkv, static_cast<size_t>(B) * T * QKV);
+  const std::vector<float> x = attention_tiles::bf16_rounded(qkv, static_cast<size_t>(B) * T * QKV);
   if (!attention_bf16::tensor_cores(HS)) return attention_fwd(out, lse, x.data(), seg, B, T, NH, KVH, HS);
   const float scale = attention_bf16::scale(HS), s2 = attention_bf16::scale_log2(HS);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -159,8 +153,8 @@ void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const 
                         const int32_t* seg, int B, int T, int NH, int KVH, int HS) {
   check_dims("attention_bwd_bf16", B, T, NH, KVH, HS);
   const int QKV = (NH + 2 * KVH) * HS, G = NH / KVH, OC = NH * HS;
-  const std::vector<float> x = rounded(qkv, static_cast<size_t>(B) * T * QKV);
-  const std::vector<float> g = rounded(dout, static_cast<size_t>(B) * T * OC);
+  const std::vector<float> x = attention_tiles::bf16_rounded(qkv, static_cast<size_t>(B) * T * QKV);
+  const std::vector<float> g = attention_tiles::bf16_rounded(dout, static_cast<size_t>(B) * T * OC);
   if (!attention_bf16::tensor_cores(HS))
     return attention_bwd(dqkv, g.data(), x.data(), out, lse, seg, B, T, NH, KVH, HS);
   const float scale = attention_bf16::scale(HS), s2 = attention_bf16::scale_log2(HS);

@@ -22,48 +22,20 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/bf16.h"
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/vec_math.h"
 #include "sftdp/check.h"
 
 namespace sftdp::cpu {
 namespace {
 
-constexpr int kRows = 128;  // Br
-constexpr int kCols = 512;  // Bc
-constexpr int kLanes = 16;
-constexpr float kMasked = -std::numeric_limits<float>::infinity();
-
-template <class F>
-float lane_sum(int n, F f) {
-  float lane[kLanes] = {};
-  int j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += f(j + l);
-  for (int l = 0; j < n; ++j, ++l) lane[l] += f(j);
-  float sum = 0.0f;
-  for (int l = 0; l < kLanes; ++l) sum += lane[l];
-  return sum;
-}
-
-float lane_max(const float* x, int n) {
-  float lane[kLanes];
-  for (int l = 0; l < kLanes; ++l) lane[l] = kMasked;
-  int j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
-  for (int l = 0; j < n; ++j, ++l) lane[l] = x[j] > lane[l] ? x[j] : lane[l];
-  float m = kMasked;
-  for (int l = 0; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
-  return m;
-}
-
-void gemm(bool a_t, bool b_t, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-          float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, a_t ? CblasTrans : CblasNoTrans, b_t ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-              lda, B, ldb, beta, C, ldc);
-}
+using attention_tiles::bf16_rounded;
+using attention_tiles::gemm;
+using attention_tiles::kCols;
+using attention_tiles::kMasked;
+using attention_tiles::kRows;
+using attention_tiles::lane_max;
+using attention_tiles::lane_sum;
 
 void check_dims(const char* op, int B, int Tq, int Tk, int NH, int KVH, int HS) {
   SFTDP_ASSERT(B >= 0 && Tq > 0 && Tk > 0 && NH > 0 && KVH > 0 && HS > 0 && NH % KVH == 0,
@@ -237,23 +209,10 @@ void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* q
   }
 }
 
-namespace {
-
-// n floats rounded to bf16 (to nearest even) and widened back: what the bf16 table's kernels read.
-std::vector<float> rounded(const float* x, size_t n) {
-  std::vector<uint16_t> bits(n);
-  std::vector<float> r(n);
-  bf16_pack(bits.data(), x, n);
-  bf16_unpack(r.data(), bits.data(), n);
-  return r;
-}
-
-}  // namespace
-
 void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
                            const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
   const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS, KV = 2 * static_cast<size_t>(KVH) * HS;
-  const auto q = rounded(qkv, static_cast<size_t>(B) * Tq * QKV), k = rounded(kv, static_cast<size_t>(B) * Tk * KV);
+  const auto q = bf16_rounded(qkv, static_cast<size_t>(B) * Tq * QKV), k = bf16_rounded(kv, static_cast<size_t>(B) * Tk * KV);
   attention_cp_fwd(out, lse, q.data(), k.data(), qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS);
 }
 
@@ -261,8 +220,8 @@ void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const flo
                            const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
                            const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
   const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS, KV = 2 * static_cast<size_t>(KVH) * HS;
-  const auto q = rounded(qkv, static_cast<size_t>(B) * Tq * QKV), k = rounded(kv, static_cast<size_t>(B) * Tk * KV);
-  const auto d = rounded(dout, static_cast<size_t>(B) * Tq * NH * HS);
+  const auto q = bf16_rounded(qkv, static_cast<size_t>(B) * Tq * QKV), k = bf16_rounded(kv, static_cast<size_t>(B) * Tk * KV);
+  const auto d = bf16_rounded(dout, static_cast<size_t>(B) * Tq * NH * HS);
   attention_cp_bwd(dqkv, dkv, d.data(), q.data(), k.data(), out, lse, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS);
 }
 

@@ -27,15 +27,6 @@ namespace {
 constexpr int kThreads = 128;      // keys (or queries) per tile, threads per block
 constexpr int kMaxHeadSize = 256;  // two head elements per thread
 
-__device__ float tile_max(float v, float* shared) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  return warp_max(lane < warps ? shared[lane] : -INFINITY);
-}
-
 // An element of q, k, v or dO as the kernels read it: itself, or rounded to bf16 (widened back exactly).
 template <bool kRound>
 __device__ __forceinline__ float rd(float x) {
@@ -84,7 +75,7 @@ __global__ void cp_fwd_kernel(float* out, float* lse, const float* qkv, const fl
     const int j = start + tid;
     const bool seen = j < n && visible(j, t, qpos, sq, seg_k, b, Tk);
     const float s = seen ? __fmul_rn(dot<kRound>(q, kv + (b * Tk + j) * KV + kh, HS), scale) : -INFINITY;
-    const float m_new = fmaxf(m, tile_max(s, tree));
+    const float m_new = fmaxf(m, block_max(s, tree));
     if (m_new == -INFINITY) continue;  // nothing visible yet (every thread agrees: a tree result)
     const float weight = seen ? expf(s - m_new) : 0.0f;
     const float correction = expf(m - m_new);

@@ -4,6 +4,7 @@
 // atomic adds of values anywhere, so the same inputs give the same bits on every run: the one
 // atomic is reduce.cuh's count of finished blocks).
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -118,6 +119,19 @@ __device__ T block_sum(T v, T* shared) {
   T total = lane < warps ? shared[lane] : T(0);
   total = warp_sum(total);
   return total;  // every warp computed the same butterfly over the same 32 values
+}
+
+// Maximum over the whole block (blockDim.x a multiple of 32, at most 1024), −inf where the block holds
+// none; every thread gets the result. Same order and contract as block_sum: `shared` holds 32 floats,
+// and every thread of the block must call it.
+__device__ inline float block_max(float v, float* shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  v = warp_max(v);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  return warp_max(lane < warps ? shared[lane] : -INFINITY);
 }
 
 }  // namespace sftdp::cuda

@@ -29,17 +29,6 @@ __global__ void kv_append_kernel(float* k_cache, float* v_cache, const float* qk
   }
 }
 
-__device__ float block_max(float v, float* shared) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int warps = blockDim.x / kWarp;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  float total = lane < warps ? shared[lane] : -INFINITY;
-  return warp_max(total);
-}
-
 // Block (t, h): out row t, head h. Shared: q (HS floats), p (one tile's weights), 32 for the trees.
 __global__ void kv_attention_kernel(float* out, const float* qkv, const float* k_cache, const float* v_cache, int p,
                                     int NH, int KVH, int HS, float scale) {

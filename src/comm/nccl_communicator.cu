@@ -42,6 +42,19 @@
 namespace sftdp::comm {
 namespace {
 
+// Polled by a collective's deadline wait: true once `done` (recorded after the collective) has passed;
+// a CUDA error, or an error NCCL reports asynchronously on `comm` (a peer's network failure), is an
+// internal error.
+bool collective_done_at(cudaEvent_t done, ncclComm_t comm) {
+  const cudaError_t e = cudaEventQuery(done);
+  if (e == cudaSuccess) return true;
+  if (e != cudaErrorNotReady) CHECK_CUDA(e);
+  ncclResult_t async = ncclSuccess;
+  CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
+  if (async != ncclSuccess && async != ncclInProgress) CHECK_NCCL(async);
+  return false;
+}
+
 class NcclCommunicator final : public MpiHostCommunicator {
  public:
   NcclCommunicator() {
@@ -214,17 +227,8 @@ class NcclCommunicator final : public MpiHostCommunicator {
     if (shard_kinds_ == 0) CHECK_CUDA(cudaEventSynchronize(kernels_done_));
   }
 
-  // Polled by the deadline wait: true once reduced_ has passed; a CUDA error, or an error NCCL
-  // reports asynchronously (a peer's network failure), is an internal error.
-  bool collective_done() {
-    const cudaError_t e = cudaEventQuery(reduced_);
-    if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotReady) CHECK_CUDA(e);
-    ncclResult_t async = ncclSuccess;
-    CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
-    if (async != ncclSuccess && async != ncclInProgress) CHECK_NCCL(async);
-    return false;
-  }
+  // Polled by the deadline wait: true once reduced_ has passed (collective_done_at).
+  bool collective_done() { return collective_done_at(reduced_, comm_); }
 
   // Gives the next ticket to one ZeRO-2/3 collective: `launch` queues it on stream_ after the
   // kernels queued so far, then the ticket's event is recorded. An empty block queues nothing:
@@ -314,17 +318,7 @@ class NcclGroup final : public Group {
     detail::Collective c(what);
     launch();
     CHECK_CUDA(cudaEventRecord(done_, stream_));
-    c.wait_until(
-        [this] {
-          const cudaError_t e = cudaEventQuery(done_);
-          if (e == cudaSuccess) return true;
-          if (e != cudaErrorNotReady) CHECK_CUDA(e);
-          ncclResult_t async = ncclSuccess;
-          CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
-          if (async != ncclSuccess && async != ncclInProgress) CHECK_NCCL(async);
-          return false;
-        },
-        [this] { (void)ncclCommAbort(comm_); });
+    c.wait_until([this] { return collective_done_at(done_, comm_); }, [this] { (void)ncclCommAbort(comm_); });
   }
   int size_, index_;
   ncclComm_t comm_ = nullptr;

@@ -30,6 +30,14 @@ def simulator_build():
         return False
 
 
+def real_gpu():
+    """True where nvidia-smi lists a GPU: the GPU tests run on it in a build without the simulator."""
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def tempdir():
     d = tempfile.mkdtemp(prefix="sftdp_it_")
     if not os.environ.get("SFTDP_KEEP_TMP"):

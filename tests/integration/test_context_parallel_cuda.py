@@ -6,23 +6,15 @@ on packed rows, 6 steps:
   relative) and final parameters (1e-4): the GPU path is the CPU path's arithmetic;
 - dtype bfloat16 at context_parallelism 2 x 2 data-parallel groups on 4 GPUs (q, k, v and dO rounded to
   bf16 in the attention, fp32 activations) tracks the one-GPU bfloat16 run (1e-2) and names its attention."""
-import subprocess
 
 import numpy as np
 import pytest
 
-from harness import make_data, max_rel, read_metrics, read_params, run_train, simulator_build, write_config
-
-
-def _real_gpu():
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+from harness import make_data, max_rel, read_metrics, read_params, real_gpu, run_train, simulator_build, write_config
 
 
 SIM = simulator_build()
-pytestmark = pytest.mark.skipif(not SIM and not _real_gpu(), reason="neither the CUDA simulator build nor a GPU")
+pytestmark = pytest.mark.skipif(not SIM and not real_gpu(), reason="neither the CUDA simulator build nor a GPU")
 
 STEPS = 6
 LLAMA = dict(model_name="llama-tiny", decoder_block="llama", num_heads=4, num_kv_heads=2, emb_dim=32, mlp_dim=64,

@@ -10,23 +10,15 @@ so that only the bf16 runs take simulator time; on the simulator they run one th
 fp32 eval loss at 2.05 and 1.72 against ln V = 4.16; 200 steps took 9.6 min and gave 0.05% and 1.38%). On the CUDA simulator (a build
 with SFTDP_CUDA_SIM=ON) or a real GPU; skipped otherwise."""
 import os
-import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
-from harness import TINY_MODEL, read_metrics, run_train, simulator_build, write_config
+from harness import TINY_MODEL, read_metrics, real_gpu, run_train, simulator_build, write_config
 
 
-def _real_gpu():
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not simulator_build() and not _real_gpu(),
+pytestmark = pytest.mark.skipif(not simulator_build() and not real_gpu(),
                                 reason="neither the CUDA simulator build nor a GPU")
 
 STEPS, G, T, V = 120, 2, 16, 64

@@ -24,25 +24,17 @@ import json
 import os
 import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
-from harness import (TINY_MODEL, make_data, max_rel, read_metrics, read_params, run_train, simulator_build,
+from harness import (TINY_MODEL, make_data, max_rel, read_metrics, read_params, real_gpu, run_train, simulator_build,
                      write_config)
-
-
-def _real_gpu():
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
 
 
 SIM = simulator_build()
 # Collected and skipped (not a module-level skip: a file that collects nothing fails, conftest.py).
-pytestmark = pytest.mark.skipif(not SIM and not _real_gpu(), reason="neither the CUDA simulator build nor a GPU")
+pytestmark = pytest.mark.skipif(not SIM and not real_gpu(), reason="neither the CUDA simulator build nor a GPU")
 
 STEPS, G = 6, 8
 MODELS = {"gpt2": TINY_MODEL,
