@@ -9,13 +9,26 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sftdp {
 
-// A mistake of the user's: the message names the key, file or row and says what to do.
+// A mistake of the user's: the message names the key, file or row and says what to do. Several at
+// once (a config with more than one bad key) are one UserError: what() joins them with "\nerror: ",
+// so the one `fprintf(stderr, "error: %s\n", e.what())` of every main prints an `error:` line each.
 class UserError : public std::runtime_error {
  public:
-  explicit UserError(const std::string& msg) : std::runtime_error(msg) {}
+  explicit UserError(const std::string& msg) : std::runtime_error(msg), messages_{msg} {}
+  explicit UserError(const std::vector<std::string>& msgs) : std::runtime_error(joined(msgs)), messages_(msgs) {}
+  const std::vector<std::string>& messages() const { return messages_; }
+
+ private:
+  static std::string joined(const std::vector<std::string>& msgs) {
+    std::string out;
+    for (const auto& m : msgs) out += (out.empty() ? "" : "\nerror: ") + m;
+    return out;
+  }
+  std::vector<std::string> messages_;
 };
 
 // Prints "[rank R@host] <lib> error: <call> failed at file:line: <msg>" to stderr and ends every

@@ -58,7 +58,10 @@ struct Config {
   // Optimiser
   double learning_rate = 3e-4;
   double warmup_steps_fraction = 0.1;
+  int64_t warmup_steps = -1;                  // -1 (null) = warmup_steps_fraction × steps; else this many
   double learning_rate_final_fraction = 0.1;
+  std::string lr_schedule = "cosine";         // after warmup: cosine | linear decay to the final fraction | constant
+  std::string lr_schedule_convention = "sft-dp";  // the ends: sft-dp | transformers (optim/schedule.cpp)
   double adam_b1 = 0.9, adam_b2 = 0.95, adam_eps = 1e-8;
   double adam_weight_decay = 0.1;
   double gradient_clipping_threshold = 1.0;  // 0 = off

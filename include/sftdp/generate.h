@@ -31,6 +31,7 @@ struct LoadedModel {
   std::vector<int32_t> eos_ids;
   bool byte_tokenizer = false;  // vocab_size is the byte tokenizer's (src/data/tokenizer.h)
   std::string source;           // what was loaded, for the log line
+  std::vector<std::string> notes;  // a Hugging Face directory's config.json notes (hf::read_hf_notes), for stderr
 };
 
 // path: an sft-dp checkpoint or params-only .h5 (SPEC §5; a LoRA checkpoint's adapters merged into

@@ -19,8 +19,12 @@ class GraphCache;
 
 namespace sftdp::optim {
 
-// Learning rate of 0-based step `step` out of `total_steps`.
+// Learning rate of 0-based step `step` out of `total_steps` (SPEC §3: warmup, then lr_schedule's decay, in
+// lr_schedule_convention's ends).
 double learning_rate(const config::Config& cfg, int64_t step, int64_t total_steps);
+// Warmup steps of a run of total_steps: warmup_steps, or warmup_steps_fraction × total_steps rounded as the
+// convention rounds it (sft-dp: to nearest; transformers: up).
+int64_t warmup_steps(const config::Config& cfg, int64_t total_steps);
 
 struct StepStats {
   double loss = 0;        // global loss sum / global weight sum (0 when skipped)

@@ -54,6 +54,7 @@ std::string ids_text(const std::vector<int32_t>& ids) {
 
 int run(const Options& o) {
   const gen::LoadedModel m = gen::load_model(o.model, o.adapter);
+  for (const auto& note : m.notes) std::fprintf(stderr, "sft_generate: %s\n", note.c_str());
   std::vector<int32_t> stops = o.stop_ids.empty() ? m.eos_ids : o.stop_ids;
   namespace tok = sftdp::data::tok;
   std::vector<std::vector<int32_t>> prompts;

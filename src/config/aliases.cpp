@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <string_view>
 
 #include "sftdp/check.h"
 
@@ -32,18 +33,50 @@ YAML::Node whole_number(const Alias& alias, const YAML::Node& value) {
   return YAML::Node(std::to_string(static_cast<int64_t>(x)));
 }
 
-// lr_scheduler_type (transformers' SchedulerType): sft-dp's schedule is linear warmup, then cosine
-// decay from learning_rate to learning_rate × learning_rate_final_fraction at the last step.
+// lr_scheduler_type (transformers' SchedulerType): transformers' curve, read as lr_schedule with the
+// transformers convention for its ends (optim/schedule.cpp), so every step's rate is get_scheduler's.
 std::vector<AliasedValue> scheduler(const Alias& alias, const YAML::Node& value) {
   const std::string name = scalar_text(value);
-  if (name == "cosine") return {{"learning_rate_final_fraction", YAML::Node("0.0")}};
-  if (name == "constant_with_warmup") return {{"learning_rate_final_fraction", YAML::Node("1.0")}};
+  const AliasedValue theirs{"lr_schedule_convention", YAML::Node("transformers")};
+  if (name == "linear" || name == "cosine")
+    return {{"lr_schedule", YAML::Node(name)}, theirs, {"learning_rate_final_fraction", YAML::Node("0.0")}};
+  if (name == "constant_with_warmup") return {{"lr_schedule", YAML::Node("constant")}, theirs};
   if (name == "constant")
-    return {{"learning_rate_final_fraction", YAML::Node("1.0")}, {"warmup_steps_fraction", YAML::Node("0.0")}};
-  fail(alias, "'" + name + "' has no sft-dp equivalent: the schedule is linear warmup (warmup_steps_fraction) then "
-              "cosine decay to learning_rate x learning_rate_final_fraction; cosine (0.0), constant_with_warmup "
-              "(1.0) and constant (1.0, no warmup) map onto it");
+    return {{"lr_schedule", YAML::Node("constant")}, theirs, {"warmup_steps_fraction", YAML::Node("0.0")}};
+  fail(alias, "'" + name + "' has no sft-dp equivalent: linear, cosine, constant_with_warmup and constant are read "
+              "as transformers defines them (lr_schedule with lr_schedule_convention: transformers); other "
+              "schedules are not implemented");
 }
+
+// eval_strategy / save_strategy: "no" and "steps" are resolved with eval_steps / save_steps once the whole
+// config is read (load.cpp); "epoch" (and "best") need a count of steps per epoch the config does not know.
+std::vector<AliasedValue> strategy(const Alias& alias, const YAML::Node& value) {
+  const std::string name = scalar_text(value);
+  if (name == "no" || name == "steps") return {};
+  const bool eval = std::string_view(alias.name) != "save_strategy";
+  if (name == "epoch")
+    fail(alias, std::string("epoch: sft-dp counts optimizer steps; set ") + (eval ? "eval_interval" : "checkpoint_period") +
+                    " to the steps per epoch (the start-up log prints them)");
+  fail(alias, "expected no or steps (or epoch, which sft-dp does not have), got '" + name + "'");
+}
+
+// report_to: sft-dp always writes <run>/metrics.jsonl and TensorBoard events; there is no W&B yet.
+std::vector<AliasedValue> report_to(const Alias& alias, const YAML::Node& value) {
+  std::vector<std::string> names;
+  if (value.IsSequence())
+    for (const auto& item : value) names.push_back(scalar_text(item));
+  else
+    names.push_back(scalar_text(value));
+  for (const auto& n : names)
+    if (n != "none" && n != "tensorboard" && n != "all" && !n.empty())
+      fail(alias, "'" + n + "': sft-dp writes TensorBoard events (<run>/tensorboard/) and <run>/metrics.jsonl, and "
+                  "reports nowhere else; leave report_to out");
+  return {};
+}
+
+const char* const kPackingHint =
+    "packing happens when the data is prepared: sft_prepare --pack or scripts/sft_prepare_hf.py --pack write packed "
+    "rows (/segment_ids), which sft_train reads as they are; remove it here";
 
 }  // namespace
 
@@ -58,8 +91,8 @@ const std::vector<Alias>& all_aliases() {
       {"max_seq_length", "TRL", "max_target_length"},
       {"max_length", "TRL", "max_target_length"},
       {"sequence_len", "axolotl", "max_target_length"},
-      {"lr_scheduler_type", "TRL", "learning_rate_final_fraction", R::kScheduler},
-      {"lr_scheduler", "axolotl", "learning_rate_final_fraction", R::kScheduler},
+      {"lr_scheduler_type", "TRL", "lr_schedule", R::kScheduler},
+      {"lr_scheduler", "axolotl", "lr_schedule", R::kScheduler},
       {"weight_decay", "TRL", "adam_weight_decay"},
       {"adam_beta1", "TRL", "adam_b1"},
       {"adam_beta2", "TRL", "adam_b2"},
@@ -74,13 +107,36 @@ const std::vector<Alias>& all_aliases() {
       {"lora_r", "axolotl", "lora_rank"},
       {"model_name_or_path", "TRL", "load_parameters_path"},
       {"base_model", "axolotl", "load_parameters_path"},
+      {"data_seed", "TRL", "data_shuffle_seed"},
+      {"eval_strategy", "TRL", "", R::kStrategy},
+      {"evaluation_strategy", "TRL", "", R::kStrategy},
+      {"save_strategy", "TRL", "", R::kStrategy},
+      {"report_to", "TRL", "", R::kReportTo},
+      {"packing", "TRL", "", R::kNoKey, kPackingHint},
+      {"sample_packing", "axolotl", "", R::kNoKey, kPackingHint},
+      {"optim", "TRL", "", R::kNoKey, "sft-dp's optimiser is AdamW (adam_b1, adam_b2, adam_eps, adam_weight_decay); "
+                                     "remove it"},
+      {"optimizer", "axolotl", "", R::kNoKey, "sft-dp's optimiser is AdamW (adam_b1, adam_b2, adam_eps, "
+                                              "adam_weight_decay); remove it"},
+      {"fp16", "TRL", "", R::kNoKey, "sft-dp computes in float32 or bfloat16 (dtype); there is no float16"},
+      {"tf32", "TRL", "", R::kNoKey, "the GPU's GEMMs follow dtype (float32 or bfloat16); remove it"},
+      {"deepspeed", "TRL", "", R::kNoKey, "set zero_stage (0-3): sft-dp shards optimiser state, gradients and "
+                                          "parameters itself"},
+      {"fsdp", "TRL", "", R::kNoKey, "set zero_stage: 3 (parameters, gradients and optimiser state sharded)"},
+      {"lr_scheduler_kwargs", "TRL", "", R::kNoKey, "the schedule's final value is learning_rate_final_fraction"},
+      {"dataset_text_field", "TRL", "", R::kNoKey, "the data is prepared before training: scripts/sft_prepare_hf.py "
+                                                   "reads text, prompt/completion and chat columns"},
+      {"completion_only_loss", "TRL", "", R::kNoKey, "the prepared data's /loss_weights decide which tokens count "
+                                                     "(sft_prepare weights completions only)"},
+      {"assistant_only_loss", "TRL", "", R::kNoKey, "the prepared data's /loss_weights decide which tokens count "
+                                                    "(sft_prepare weights the assistant's turns only)"},
+      {"train_on_inputs", "axolotl", "", R::kNoKey, "the prepared data's /loss_weights decide which tokens count "
+                                                    "(sft_prepare weights completions only)"},
+      {"adapter", "axolotl", "", R::kNoKey, "set lora_rank (> 0) for LoRA; there is no 4-bit base yet"},
+      {"push_to_hub", "TRL", "", R::kNoKey, "nothing is uploaded: hf_export: true writes a Hugging Face directory "
+                                            "you can push"},
       {"output_dir", "TRL", "", R::kNoKey,
        "set base_output_directory and run_name: outputs go to <base_output_directory>/<run_name>/"},
-      {"eval_strategy", "TRL", "", R::kNoKey,
-       "set eval_interval (evaluate every N optimizer steps; 0 = only at the end) with eval_files"},
-      {"evaluation_strategy", "TRL", "", R::kNoKey,
-       "set eval_interval (evaluate every N optimizer steps; 0 = only at the end) with eval_files"},
-      {"save_strategy", "TRL", "", R::kNoKey, "set checkpoint_period (a checkpoint every N optimizer steps)"},
       {"per_device_eval_batch_size", "TRL", "", R::kNoKey,
        "evaluation reads per_device_batch_size rows per rank, the training micro-batch; leave it out"},
       {"batch_size", "torchtune", "", R::kNoKey,
@@ -113,6 +169,10 @@ std::vector<AliasedValue> translate(const Alias& alias, const YAML::Node& value)
       if (text == "false" || text == "False") return {{alias.key, YAML::Node("float32")}};
       fail(alias, "expected true or false, got '" + text + "'");
     }
+    case R::kStrategy:
+      return strategy(alias, value);
+    case R::kReportTo:
+      return report_to(alias, value);
     case R::kNoKey:
       fail(alias, std::string("is ") + alias.origin + "'s name; sft-dp has no such key: " + alias.hint);
   }

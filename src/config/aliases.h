@@ -17,7 +17,9 @@ enum class AliasRule {
   kWholeNumber,     // num_train_epochs: a float that must be whole (3.0 -> 3)
   kMinusOneIsNull,  // max_steps: transformers' -1 ("not set") is null
   kNullIsZero,      // save_total_limit: transformers' None ("keep all") is 0
-  kScheduler,       // lr_scheduler_type: cosine, constant, constant_with_warmup
+  kScheduler,       // lr_scheduler_type: linear, cosine, constant, constant_with_warmup (transformers' curves)
+  kStrategy,        // eval_strategy / save_strategy: no or steps, resolved with eval_steps / save_steps (load.cpp)
+  kReportTo,        // report_to: none or tensorboard (always written); anything else is an error
   kBf16,            // bf16: true -> dtype bfloat16, false -> float32
   kNoKey,           // no single key means it: an error with `hint`
 };

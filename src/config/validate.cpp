@@ -1,9 +1,12 @@
 // src/config/validate.cpp — range and consistency checks on a fully parsed config. Runs once,
 // after the file and every key=value override are applied, so a later override may fix an
-// earlier value. Each failure is UserError("<key>: <reason>") naming the key to change.
+// earlier value. Each failure is "<key>: <reason>" naming the key to change; every check runs, and
+// all failures come out together as one UserError (one `error:` line each).
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <variant>
+#include <vector>
 
 #include "config/keys.h"
 #include "sftdp/check.h"
@@ -11,9 +14,20 @@
 namespace sftdp::config::detail {
 namespace {
 
-[[noreturn]] void fail(const char* key, const std::string& reason) {
-  throw UserError(std::string(key) + ": " + reason);
+// The failures of the validate() call in progress (checks are independent: each one that fails adds
+// its line and the next check runs).
+thread_local std::vector<std::string>* problems = nullptr;
+
+// One line per key: a later check of a key that already failed (global_batch_size -1 is also "not set")
+// would only repeat the first line's point.
+void add(const std::string& line) {
+  const std::string key = line.substr(0, line.find(": ") + 2);
+  for (const auto& p : *problems)
+    if (p.starts_with(key)) return;
+  problems->push_back(line);
 }
+
+void fail(const char* key, const std::string& reason) { add(std::string(key) + ": " + reason); }
 
 void require_at_least(const char* key, int64_t value, int64_t lowest) {
   if (value < lowest)
@@ -32,7 +46,8 @@ void validate_unsettable_keys(const Config& cfg, const GivenKeys& given) {
       continue;
     }
     const int64_t value = cfg.*std::get<int64_t Config::*>(key.field);
-    if (given.contains(key.name) || value != -1) require_at_least(key.name, value, 1);
+    const int64_t lowest = std::string_view(key.name) == "warmup_steps" ? 0 : 1;  // 0: no warmup
+    if (given.contains(key.name) || value != -1) require_at_least(key.name, value, lowest);
   }
 }
 
@@ -96,22 +111,31 @@ void validate_data(const Config& cfg) {
 }
 
 void validate_model(const Config& cfg) {
-  // model_dims checks: the preset exists, explicit dims >= 1, num_heads divides emb_dim.
-  const ModelDims dims = model_dims(cfg);
+  require_one_of("weight_dtype", cfg.weight_dtype, "float32", "bfloat16");
+  require_one_of("dtype", cfg.dtype, "float32", "bfloat16");
+  if (!cfg.tie_word_embeddings.empty())
+    require_one_of("tie_word_embeddings", cfg.tie_word_embeddings, "true", "false");
+  // model_dims checks: the preset exists, explicit dims >= 1, num_heads divides emb_dim, a Hugging Face
+  // directory's config.json (all its problems at once).
+  ModelDims dims;
+  try {
+    dims = model_dims(cfg);
+  } catch (const UserError& e) {
+    problems->insert(problems->end(), e.messages().begin(), e.messages().end());  // a file's lines: all of them
+    return;
+  }
   if (cfg.max_target_length > dims.maxT)
     fail("max_target_length", std::to_string(cfg.max_target_length) +
                                   " exceeds the model's position table (max_position_embeddings=" +
                                   std::to_string(dims.maxT) + ")");
-  if (!cfg.tie_word_embeddings.empty())
-    require_one_of("tie_word_embeddings", cfg.tie_word_embeddings, "true", "false");
-  require_one_of("weight_dtype", cfg.weight_dtype, "float32", "bfloat16");
-  require_one_of("dtype", cfg.dtype, "float32", "bfloat16");
 }
 
 void validate_optimiser(const Config& cfg) {
   if (cfg.learning_rate < 0)
     fail("learning_rate", "must be >= 0, got " + format_double(cfg.learning_rate));
   require_fraction("warmup_steps_fraction", cfg.warmup_steps_fraction, true);
+  require_one_of("lr_schedule", cfg.lr_schedule, "cosine", "linear", "constant");
+  require_one_of("lr_schedule_convention", cfg.lr_schedule_convention, "sft-dp", "transformers");
   require_fraction("learning_rate_final_fraction", cfg.learning_rate_final_fraction, true);
   require_fraction("adam_b1", cfg.adam_b1, false);
   require_fraction("adam_b2", cfg.adam_b2, false);
@@ -155,6 +179,8 @@ void validate_checkpoints_and_logging(const Config& cfg) {
 }  // namespace
 
 void validate(const Config& cfg, const GivenKeys& given) {
+  std::vector<std::string> found;
+  problems = &found;
   validate_unsettable_keys(cfg, given);
   validate_run(cfg);
   validate_batch(cfg);
@@ -163,6 +189,8 @@ void validate(const Config& cfg, const GivenKeys& given) {
   validate_lora(cfg);
   validate_optimiser(cfg);
   validate_checkpoints_and_logging(cfg);
+  problems = nullptr;
+  if (!found.empty()) throw UserError(found);
 }
 
 }  // namespace sftdp::config::detail

@@ -85,6 +85,7 @@ LoadedModel load_model(const std::string& path, const std::string& adapter_dir) 
   if (!fs::exists(path, ec)) throw UserError("--model: " + path + ": not found");
   if (hf::is_hf_dir(path)) {
     m.d = hf::read_hf_dims(path);
+    m.notes = hf::read_hf_notes(path);
     hf::load_hf_params(path, model::param_layout(m.d), m.params);
     m.eos_ids = hf_eos_ids(path);
     m.source = path + " (Hugging Face directory)";

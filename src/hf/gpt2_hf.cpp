@@ -48,10 +48,10 @@ config::ModelDims read_gpt2_dims(const json& j, const std::string& file) {
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     throw UserError(file + ": activation_function " + act.dump() +
                     " is not supported (the model's GELU is the tanh form: gelu_new)");
-  for (const char* key : {"scale_attn_by_inverse_layer_idx"})
-    if (j.contains(key) && j[key] != false) throw UserError(file + ": " + key + " must be false");
-  if (j.contains("scale_attn_weights") && j["scale_attn_weights"] != true)
-    throw UserError(file + ": scale_attn_weights must be true");
+  // scale_attn_weights, scale_attn_by_inverse_layer_idx, ...: refuse_unsupported_keys (hf_dir.cpp).
+  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"] != true)
+    throw UserError(file + ": tie_word_embeddings " + j["tie_word_embeddings"].dump() +
+                    " is not supported (sft-dp's GPT-2 head is the token embedding, as GPT2LMHeadModel's)");
   return d;
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "hf/config_json.h"
 #include "hf/gpt2_hf.h"
 #include "hf/llama_hf.h"
 #include "sftdp/check.h"
@@ -46,8 +47,11 @@ bool is_hf_dir(const std::string& path) {
   return !path.empty() && fs::is_directory(path, ec) && !checkpoint::is_sharded(path);
 }
 
-config::ModelDims read_hf_dims(const std::string& dir) {
-  const std::string file = (fs::path(dir) / "config.json").string();
+namespace {
+
+// <dir>/config.json parsed, and its path for messages.
+json read_config_json(const std::string& dir, std::string& file) {
+  file = (fs::path(dir) / "config.json").string();
   std::ifstream in(file);
   if (!in) throw UserError(file + ": not found (load_parameters_path is a directory, so it must be a "
                            "Hugging Face model directory with config.json)");
@@ -58,11 +62,32 @@ config::ModelDims read_hf_dims(const std::string& dir) {
     throw UserError(file + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw UserError(file + ": not a JSON object");
+  return j;
+}
+
+// model_type (or architectures' family), which must be one sft-dp reads.
+std::string supported_type(const json& j, const std::string& file) {
   const std::string type = model_type(j, file);
-  if (is_llama_family(type)) return read_llama_dims(j, file, type);
-  if (type != "gpt2")
+  if (type != "gpt2" && !is_llama_family(type))
     throw UserError(file + ": model_type \"" + type + "\" is not supported (gpt2, llama, mistral, qwen2, qwen3)");
+  return type;
+}
+
+}  // namespace
+
+config::ModelDims read_hf_dims(const std::string& dir) {
+  std::string file;
+  const json j = read_config_json(dir, file);
+  const std::string type = supported_type(j, file);
+  refuse_unsupported_keys(j, file, type);
+  if (is_llama_family(type)) return read_llama_dims(j, file, type);
   return read_gpt2_dims(j, file);
+}
+
+std::vector<std::string> read_hf_notes(const std::string& dir) {
+  std::string file;
+  const json j = read_config_json(dir, file);
+  return config_json_notes(j, supported_type(j, file));
 }
 
 void load_hf_params(const std::string& dir, const model::ParamLayout& layout, std::vector<float>& params) {

@@ -22,7 +22,14 @@ bool is_hf_dir(const std::string& path);
 // family. GPT-2: n_layer, n_head, n_embd, n_inner (null = 4·n_embd), vocab_size, n_positions;
 // layer_norm_epsilon must be 1e-5 and activation_function the tanh GELU (gelu_new or
 // gelu_pytorch_tanh): the SPEC model has no other. llama/mistral/qwen2/qwen3: read_llama_dims.
+// Every config.json key is accounted for (hf/config_json.h): a feature sft-dp lacks at a value other
+// than its default is a UserError naming key and value (all of them, one line each).
 config::ModelDims read_hf_dims(const std::string& dir);
+
+// The start-up lines about <dir>/config.json (hf/config_json.h config_json_notes): keys whose value
+// sft-dp does not apply (GPT-2's dropouts), and one line naming every key it does not know. Logged by
+// sft_train (and printed by --plan) after the model line.
+std::vector<std::string> read_hf_notes(const std::string& dir);
 
 // All SPEC parameters of layout (param_layout of read_hf_dims(dir)) from the directory's
 // safetensors (F32, F16 or BF16), into a host buffer of layout.total floats.

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstring>
 
+#include "hf/config_json.h"
 #include "hf/llama_names.h"
 #include "sftdp/check.h"
 
@@ -39,33 +40,6 @@ bool bool_key(const json& j, const std::string& file, const char* key, bool fall
   if (!present(j, key)) return fallback;
   if (!j[key].is_boolean()) throw UserError(file + ": " + key + " must be true or false, got " + j[key].dump());
   return j[key].get<bool>();
-}
-
-void must_be_false(const json& j, const std::string& file, const char* key, const std::string& why) {
-  if (bool_key(j, file, key, false)) throw UserError(file + ": " + key + " true is not supported (" + why + ")");
-}
-
-config::RopeScaling rope_scaling(const json& j, const std::string& file) {
-  config::RopeScaling r;
-  if (!present(j, "rope_scaling")) return r;
-  const json& s = j["rope_scaling"];
-  if (!s.is_object()) throw UserError(file + ": rope_scaling must be null or an object, got " + s.dump());
-  const json type = s.contains("rope_type") ? s["rope_type"] : s.contains("type") ? s["type"] : json();
-  if (type == "default") return r;  // HF's name for plain RoPE
-  if (type != "llama3")
-    throw UserError(file + ": rope_scaling: rope_type " + type.dump() +
-                    " is not supported (only null, \"default\" or \"llama3\")");
-  const std::string where = file + " rope_scaling";
-  r.llama3 = true;
-  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"})
-    if (!present(s, key)) throw UserError(where + ": " + key + " is missing (llama3 needs it)");
-  r.factor = positive_number(s, where, "factor", 0);
-  r.low_freq_factor = positive_number(s, where, "low_freq_factor", 0);
-  r.high_freq_factor = positive_number(s, where, "high_freq_factor", 0);
-  r.original_max_positions = int_key(s, where, "original_max_position_embeddings");
-  if (r.high_freq_factor <= r.low_freq_factor)
-    throw UserError(where + ": high_freq_factor must exceed low_freq_factor");
-  return r;
 }
 
 }  // namespace
@@ -104,18 +78,14 @@ config::ModelDims read_llama_dims(const json& j, const std::string& file, const 
     throw UserError(file + ": num_key_value_heads " + std::to_string(d.KVH) + " does not divide num_attention_heads " +
                     std::to_string(d.NH));
   d.norm_eps = positive_number(j, file, "rms_norm_eps", 1e-6);
-  d.rope_theta = positive_number(j, file, "rope_theta", 10000.0);
-  d.rope_scaling = rope_scaling(j, file);
+  const Rope rope = read_rope(j, file, d.maxT);  // either spelling (config_json.h)
+  d.rope_theta = rope.theta;
+  d.rope_scaling = rope.scaling;
   d.tied = bool_key(j, file, "tie_word_embeddings", false);  // every one of these classes defaults to untied
   const json act = present(j, "hidden_act") ? j["hidden_act"] : json("silu");
   if (act != "silu")
     throw UserError(file + ": hidden_act " + act.dump() + " is not supported (the model's MLP is SwiGLU: silu)");
-  if (type == "llama")  // HF Llama's attention_bias also adds a bias to o_proj, which the SPEC model lacks
-    must_be_false(j, file, "attention_bias", "biases on q/k/v/o_proj; sft-dp's Llama block has none");
-  if (type == "qwen3") must_be_false(j, file, "attention_bias", "biases on q/k/v/o_proj; Qwen3 blocks have none");
-  if (type == "llama") must_be_false(j, file, "mlp_bias", "the model's MLP has no biases");
-  if (type == "qwen2" || type == "qwen3")
-    must_be_false(j, file, "use_sliding_window", "the model attends over the whole sequence");
+  // attention_bias, mlp_bias, use_sliding_window, layer_types, ...: refuse_unsupported_keys (hf_dir.cpp).
   if (type == "mistral" && !(j.contains("sliding_window") && j["sliding_window"].is_null()))
     throw UserError(file + ": sliding_window " +
                     (j.contains("sliding_window") ? j["sliding_window"].dump() : "(absent: 4096)") +
@@ -175,16 +145,22 @@ json llama_config_json(const config::ModelDims& d, const json& special) {
   const std::string type = config::block_name(d);
   const std::string arch =
       type == "qwen2" ? "Qwen2ForCausalLM" : type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+  // RoPE in both spellings, which say the same (config_json.h read_rope): transformers < 5 reads rope_theta and
+  // rope_scaling, >= 5 rope_parameters (and a non-null rope_scaling before it, taking rope_theta beside it).
   json rope = nullptr;
-  if (d.rope_scaling.llama3)
+  json rope_parameters = {{"rope_type", "default"}, {"rope_theta", d.rope_theta}};
+  if (d.rope_scaling.llama3) {
     rope = {{"rope_type", "llama3"}, {"factor", d.rope_scaling.factor},
             {"low_freq_factor", d.rope_scaling.low_freq_factor}, {"high_freq_factor", d.rope_scaling.high_freq_factor},
             {"original_max_position_embeddings", d.rope_scaling.original_max_positions}};
+    rope_parameters = rope;
+    rope_parameters["rope_theta"] = d.rope_theta;
+  }
   json cfg = {{"architectures", {arch}}, {"model_type", type}, {"hidden_size", d.C},
               {"intermediate_size", d.F}, {"num_hidden_layers", d.L}, {"num_attention_heads", d.NH},
               {"num_key_value_heads", d.kv_heads()}, {"head_dim", d.head_size()}, {"vocab_size", d.V},
               {"max_position_embeddings", d.maxT}, {"rms_norm_eps", d.norm_eps}, {"rope_theta", d.rope_theta},
-              {"rope_scaling", rope}, {"tie_word_embeddings", d.tied}, {"hidden_act", "silu"},
+              {"rope_scaling", rope}, {"rope_parameters", rope_parameters}, {"tie_word_embeddings", d.tied}, {"hidden_act", "silu"},
               {"initializer_range", 0.02}, {"attention_dropout", 0.0}, {"use_cache", true},
               {"torch_dtype", "float32"}};
   if (type == "qwen2" || type == "qwen3") cfg.update({{"use_sliding_window", false}, {"sliding_window", nullptr}});

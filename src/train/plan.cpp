@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hf/hf_dir.h"
 #include "kernels/ops.h"
 #include "model/context_split.h"
 #include "sftdp/check.h"
@@ -100,7 +101,10 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
                    dims.rope_scaling.original_max_positions);
   }
   std::fprintf(out, ", head %s\n", dims.tied ? "tied" : "untied");
-  if (!hf_note.empty()) std::fprintf(out, "plan: %s\n", hf_note.c_str());
+  if (!hf_note.empty()) {
+    std::fprintf(out, "plan: %s\n", hf_note.c_str());
+    for (const auto& line : hf::read_hf_notes(cfg.load_parameters_path)) std::fprintf(out, "plan: %s\n", line.c_str());
+  }
   std::fprintf(out, "plan: %d rank(s), %d per node; global batch %lld = %d %s x GA %lld x %d rows, T=%d, dtype %s\n",
                target.ranks, per_node, static_cast<long long>(batch.global_batch), batch.data_parallel(),
                batch.context_parallelism > 1 ? "data-parallel group(s)" : "rank(s)",

@@ -86,11 +86,6 @@ void check_inputs(const config::Config& cfg, comm::MpiSession& mpi, Inputs& in) 
   in.dev = pick_device(cfg, mpi);
   comm::Communicator& comm = *in.dev.comm;
   in.T = static_cast<int>(cfg.max_target_length);
-  if (in.plan.context_parallelism > 1 && !in.dev.ops->attention_cp_fwd)
-    throw UserError("context_parallelism: " + std::to_string(in.plan.context_parallelism) + " needs a context-parallel " +
-                    "attention, which the " + in.dev.ops->name + " kernels do not have yet (on the GPU: dtype: float32)");
-  if (in.plan.context_parallelism > 1)  // the layout's own checks (T divisible by 2·cp)
-    (void)model::context_split(in.T, comm.world(), comm.rank(), in.plan.context_parallelism);
   // Every rank opens the data files; one that cannot (a path missing on its node) stops them all.
   comm::agree_on_user_errors([&] {
     in.train.emplace(cfg.train_files, in.T, in.dims.V, in.dims.maxT);
@@ -153,7 +148,10 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
               plan.world_size, plan.data_parallel(), plan.context_parallelism, in.T / plan.context_parallelism, in.T,
               model::context_parallel_bytes(in.dims, static_cast<int>(plan.micro_batch), in.T, plan.context_parallelism) /
                   1048576.0);
-  if (const std::string note = config::hf_model_note(cfg); !note.empty()) log::info("%s", note.c_str());
+  if (const std::string note = config::hf_model_note(cfg); !note.empty()) {
+    log::info("%s", note.c_str());
+    for (const auto& line : hf::read_hf_notes(cfg.load_parameters_path)) log::info("%s", line.c_str());
+  }
   if (in.dev.gpu && plan.context_parallelism > 1) {  // kernels/cuda/attention_cp.cu
     log::info("attention: context parallel over %d ranks, CUDA cores, %s", plan.context_parallelism,
               gemm_inputs_bf16(*in.dev.ops) ? "q, k, v and dO rounded to bf16 (dtype bfloat16), fp32 activations"

@@ -28,7 +28,7 @@ std::vector<Config> configs_touching_every_key() {
       "train_files=[a.h5, 'b,c.h5', '[d].h5']", "eval_files=[e.h5]",
       "enable_data_shuffling=false", "data_shuffle_seed=11", "eval_interval=5", "eval_steps=2",
       "load_parameters_path=~/w.h5", "weight_dtype=bfloat16", "dtype=bfloat16", "remat=true",
-      "learning_rate=0.30000000000000004", "warmup_steps_fraction=0.25",
+      "learning_rate=0.30000000000000004", "lr_schedule=linear",
       "learning_rate_final_fraction=0", "adam_b1=0.8", "adam_b2=0.999",
       "adam_eps=1.2345678901234567e-09", "adam_weight_decay=0.01",
       "gradient_clipping_threshold=0.5", "checkpoint_period=10", "keep_checkpoints=4", "async_checkpointing=false",
@@ -36,11 +36,12 @@ std::vector<Config> configs_touching_every_key() {
       "param_check_period=7"};
   std::vector<std::string> a = common, b = common;
   // context_parallelism excludes lora_dropout (config b has it).
-  for (const char* kv : {"steps=17", "global_batch_size=24", "model_name=gpt2-124m", "allreduce_overlap=true",
+  // warmup_steps excludes warmup_steps_fraction: one in each config.
+  for (const char* kv : {"steps=17", "global_batch_size=24", "warmup_steps_fraction=0.25", "model_name=gpt2-124m", "allreduce_overlap=true",
                          "context_parallelism=2", "num_decoder_layers=3", "vocab_size=1000"})
     a.push_back(kv);
   // allreduce_overlap excludes zero_stage 1: one in each config.
-  for (const char* kv : {"num_epochs=2",
+  for (const char* kv : {"num_epochs=2", "warmup_steps=3", "lr_schedule_convention=transformers",
                          "per_device_batch_size=5",
                          "model_name=''",
                          "zero_stage=1",

@@ -55,7 +55,10 @@ def test_trl_names_are_read_as_sft_dp_keys_with_a_line_each(env):
                      "config: max_seq_length=16 read as max_target_length=16",
                      "config: warmup_ratio=0.5 read as warmup_steps_fraction=0.5",
                      "config: max_steps=2 read as steps=2",
-                     "config: lr_scheduler_type=constant_with_warmup read as learning_rate_final_fraction=1.0"], p.stdout
+                     "config: lr_scheduler_type=constant_with_warmup read as lr_schedule=constant, "
+                     "lr_schedule_convention=transformers",
+                     "config: where this config is silent, sft-dp's defaults apply, not TRL's: weight_decay 0.0 -> "
+                     "adam_weight_decay 0.1; adam_beta2 0.999 -> adam_b2 0.95; seed 42 -> seed 0"], p.stdout
     with h5py.File(f"{d}/trl/r/checkpoints/step_2/index.h5", "r") as f:
         stored = f.attrs["config"]
         stored = stored.decode() if isinstance(stored, bytes) else stored
