@@ -312,6 +312,14 @@ void resolve_meanings(Reading& r) {
                               " is given, and max_steps wins (as in transformers)");
   }
   if (!dialect.empty()) {
+    // A transformers schedule without a warmup key warms up as transformers does by default: not at all.
+    const auto schedule = r.set_by.find("lr_schedule_convention");
+    if (schedule != r.set_by.end() && schedule->second != "lr_schedule_convention" &&
+        !set_by_anyone(r, "warmup_steps_fraction") && !set_by_anyone(r, "warmup_steps")) {
+      set_int(r, "warmup_steps", 0, schedule->second);
+      r.meaning_notes.push_back(schedule->second + " without warmup_steps or warmup_ratio: warmup_steps=0 "
+                                "(transformers' default)");
+    }
     resolve_eval(r, theirs);
     resolve_save(r);
     if (given_as_itself(r, "seed")) {

@@ -20,10 +20,12 @@ thread_local std::vector<std::string>* problems = nullptr;
 
 // One line per key: a later check of a key that already failed (global_batch_size -1 is also "not set")
 // would only repeat the first line's point.
+// Lines that name a file (a Hugging Face config.json's several keys) are all kept.
 void add(const std::string& line) {
-  const std::string key = line.substr(0, line.find(": ") + 2);
+  const size_t colon = line.find(": ");
+  const bool names_a_key = colon != std::string::npos && find_key(std::string_view(line).substr(0, colon));
   for (const auto& p : *problems)
-    if (p.starts_with(key)) return;
+    if (p == line || (names_a_key && p.starts_with(line.substr(0, colon + 2)))) return;
   problems->push_back(line);
 }
 
@@ -121,7 +123,7 @@ void validate_model(const Config& cfg) {
   try {
     dims = model_dims(cfg);
   } catch (const UserError& e) {
-    problems->insert(problems->end(), e.messages().begin(), e.messages().end());  // a file's lines: all of them
+    for (const auto& m : e.messages()) add(m);
     return;
   }
   if (cfg.max_target_length > dims.maxT)

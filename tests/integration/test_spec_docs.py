@@ -96,3 +96,19 @@ def test_cited_sections_exist(spec):
 
 def test_readme_links_the_spec():
     assert "(docs/SPEC.md)" in read("README.md"), "README.md links docs/SPEC.md"
+
+
+def test_config_json_table_matches_the_source(spec):
+    """SPEC §5 "config.json, key by key" has a row for every key of src/hf/config_json.cpp's tables, with its
+    use (read, irrelevant, refused unless default, noted), and no other."""
+    src = read("src/hf/config_json.cpp")
+    uses = {"R": "read", "I": "irrelevant", "D": "refused unless", "N": "noted"}
+    code = set()
+    for body in re.findall(r"const ConfigJsonKey k\w+\[\] = \{(.*?)\n\};", src, re.S):
+        code |= {(k, uses[u]) for k, u in re.findall(r'\{"([^"]+)", ([RIDN]),', body)}
+    assert len(code) >= 90, f"could not read the tables of src/hf/config_json.cpp ({len(code)} rows)"
+    section = spec.split("| key | model types | use |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| [^|]+ \| ([^|]+) \|", section, re.M)
+    documented = {(k, next(u for u in uses.values() if use.strip().startswith(u))) for k, use in rows}
+    assert code - documented == set(), f"config.json keys of the source missing from SPEC §5: {code - documented}"
+    assert documented - code == set(), f"SPEC §5 config.json rows the source does not have: {documented - code}"

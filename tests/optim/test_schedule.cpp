@@ -47,3 +47,42 @@ TEST(LearningRate, NoWarmupStartsAtThePeak) {
 TEST(LearningRate, SingleStepRunUsesThePeak) {
   EXPECT_DOUBLE_EQ(learning_rate(schedule(3e-4, 0.0, 0.1), 0, 1), 3e-4);
 }
+
+// ---- lr_schedule and lr_schedule_convention (issue 42) ----
+
+namespace {
+sftdp::config::Config shaped(const char* shape, const char* convention, int64_t warmup, double final_fraction) {
+  auto c = schedule(1e-3, 0.0, final_fraction);
+  c.lr_schedule = shape;
+  c.lr_schedule_convention = convention;
+  c.warmup_steps = warmup;
+  return c;
+}
+}  // namespace
+
+TEST(LearningRate, LinearDecaysInAStraightLineToTheFinalFraction) {
+  const auto c = shaped("linear", "sft-dp", 4, 0.1);  // 4 warmup steps, the peak at step 4, the final at 24
+  for (int s = 0; s < 4; ++s) EXPECT_DOUBLE_EQ(learning_rate(c, s, 25), 1e-3 * (s + 1) / 5.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 4, 25), 1e-3);
+  for (int s = 5; s < 25; ++s) EXPECT_NEAR(learning_rate(c, s, 25), 1e-4 + 9e-4 * (24 - s) / 20.0, 1e-18);
+  EXPECT_DOUBLE_EQ(learning_rate(shaped("constant", "sft-dp", 4, 0.1), 24, 25), 1e-3);  // constant: the peak to the end
+}
+
+TEST(LearningRate, TransformersConventionIsGetSchedulersLambda) {
+  // transformers' get_linear_schedule_with_warmup(W=4, T=20): s/4 in warmup (0 at step 0), then (20-s)/16.
+  const auto linear = shaped("linear", "transformers", 4, 0.0);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(learning_rate(linear, s, 20), 1e-3 * (double(s) / 4.0));
+  for (int s = 4; s < 20; ++s) EXPECT_EQ(learning_rate(linear, s, 20), 1e-3 * (double(20 - s) / 16.0));
+  const auto cosine = shaped("cosine", "transformers", 4, 0.0);  // 0.5·(1 + cos(π·(s − 4)/16))
+  for (int s = 4; s < 20; ++s)
+    EXPECT_EQ(learning_rate(cosine, s, 20), 1e-3 * (0.5 * (1.0 + std::cos(M_PI * 0.5 * 2.0 * (double(s - 4) / 16.0)))));
+  const auto constant = shaped("constant", "transformers", 4, 0.0);  // constant_with_warmup
+  EXPECT_EQ(learning_rate(constant, 2, 20), 1e-3 * 0.5);
+  EXPECT_EQ(learning_rate(constant, 19, 20), 1e-3);
+  // A fraction rounds up there (TrainingArguments.get_warmup_steps): ceil(0.1 × 24) = 3; sft-dp rounds to 2.
+  auto fraction = shaped("linear", "transformers", -1, 0.0);
+  fraction.warmup_steps_fraction = 0.1;
+  EXPECT_EQ(sftdp::optim::warmup_steps(fraction, 24), 3);
+  fraction.lr_schedule_convention = "sft-dp";
+  EXPECT_EQ(sftdp::optim::warmup_steps(fraction, 24), 2);
+}
