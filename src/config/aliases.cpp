@@ -135,6 +135,22 @@ const std::vector<Alias>& all_aliases() {
       {"adapter", "axolotl", "", R::kNoKey, "set lora_rank (> 0) for LoRA; there is no 4-bit base yet"},
       {"push_to_hub", "TRL", "", R::kNoKey, "nothing is uploaded: hf_export: true writes a Hugging Face directory "
                                             "you can push"},
+      {"lora_target_linear", "axolotl", "", R::kNoKey, "set lora_target_modules: all-linear"},
+      {"evals_per_epoch", "axolotl", "", R::kNoKey, "set eval_interval (optimizer steps between evaluations; the "
+                                                    "start-up log prints the steps per epoch)"},
+      {"saves_per_epoch", "axolotl", "", R::kNoKey, "set checkpoint_period (optimizer steps between checkpoints; "
+                                                    "the start-up log prints the steps per epoch)"},
+      {"val_set_size", "axolotl", "", R::kNoKey, "prepare an eval split (scripts/sft_prepare_hf.py --split) and set "
+                                                 "eval_files"},
+      {"datasets", "axolotl", "", R::kNoKey, "the data is prepared before training (scripts/sft_prepare_hf.py); set "
+                                             "train_files to the prepared .h5 files"},
+      {"wandb_project", "axolotl", "", R::kNoKey, "sft-dp writes TensorBoard events (<run>/tensorboard/) and "
+                                                  "<run>/metrics.jsonl; there is no W&B yet"},
+      {"load_in_4bit", "TRL", "", R::kNoKey, "there is no quantised base yet; weight_dtype: bfloat16 halves the "
+                                             "weights' memory"},
+      {"load_in_8bit", "TRL", "", R::kNoKey, "there is no quantised base yet; weight_dtype: bfloat16 halves the "
+                                             "weights' memory"},
+      {"max_steps_per_epoch", "torchtune", "", R::kNoKey, "set steps (optimizer steps in all)"},
       {"output_dir", "TRL", "", R::kNoKey,
        "set base_output_directory and run_name: outputs go to <base_output_directory>/<run_name>/"},
       {"per_device_eval_batch_size", "TRL", "", R::kNoKey,

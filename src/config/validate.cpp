@@ -157,7 +157,10 @@ void validate_optimiser(const Config& cfg) {
 
 // Which modules exist is the model's to say (model::lora_spec, at start-up); the ranges are here.
 void validate_lora(const Config& cfg) {
-  if (cfg.lora_rank < 0) fail("lora_rank", "must be >= 0 (0 = full fine-tuning), got " + std::to_string(cfg.lora_rank));
+  if (cfg.lora_rank < 0) {  // the checks below would only repeat it ("lora_rank is 0")
+    fail("lora_rank", "must be >= 0 (0 = full fine-tuning), got " + std::to_string(cfg.lora_rank));
+    return;
+  }
   if (!(cfg.lora_alpha > 0)) fail("lora_alpha", "must be > 0, got " + format_double(cfg.lora_alpha));
   if (!(cfg.lora_dropout >= 0 && cfg.lora_dropout < 1))
     fail("lora_dropout", "must be in [0, 1), got " + format_double(cfg.lora_dropout));

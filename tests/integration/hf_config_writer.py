@@ -2,10 +2,11 @@
 which runs this file under both the pinned (.pyref: 4.44) and the newest (.pynew: >= 5, torch-free) venvs.
 Only the config classes are used: no torch, no weights.
 
-  python hf_config_writer.py write FAMILY OUT_DIR KWARGS_JSON   FamilyConfig(**kwargs).save_pretrained(OUT_DIR)
-  python hf_config_writer.py full FAMILY OUT_DIR KWARGS_JSON    OUT_DIR/config.json = every key of to_dict()
-  python hf_config_writer.py read DIR                           prints {"version", "model_type", "rope"} of
-                                                                AutoConfig.from_pretrained(DIR) as JSON
+  python hf_config_writer.py JOBS_JSON   runs each job of the list, in one process (one import):
+    ["write", FAMILY, OUT_DIR, KWARGS]   FamilyConfig(**KWARGS).save_pretrained(OUT_DIR)
+    ["full", FAMILY, OUT_DIR, KWARGS]    OUT_DIR/config.json = every key of its to_dict()
+    ["read", DIR]                        prints {"version", "model_type", "rope"} of AutoConfig.from_pretrained(DIR)
+                                         as one JSON line
 "rope" is what that transformers computes RoPE from: >= 5 its rope_parameters; < 5 its rope_scaling (or
 {"rope_type": "default"}) with rope_theta."""
 import json
@@ -28,10 +29,10 @@ def config_class(family):
     return cls
 
 
-def main(argv):
-    mode = argv[1]
+def run(job):
+    mode = job[0]
     if mode in ("write", "full"):
-        family, out, kwargs = argv[2], argv[3], json.loads(argv[4])
+        family, out, kwargs = job[1], job[2], job[3]
         config = config_class(family)(**kwargs)
         os.makedirs(out, exist_ok=True)
         if mode == "write":
@@ -40,7 +41,7 @@ def main(argv):
             with open(os.path.join(out, "config.json"), "w") as f:
                 json.dump(config.to_dict(), f, indent=2, default=str)
         return
-    config = transformers.AutoConfig.from_pretrained(argv[2])
+    config = transformers.AutoConfig.from_pretrained(job[1])
     rope = getattr(config, "rope_parameters", None)
     if rope is None or int(transformers.__version__.split(".")[0]) < 5:
         rope = dict(getattr(config, "rope_scaling", None) or {"rope_type": "default"})
@@ -49,4 +50,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    for job in json.loads(sys.argv[1]):
+        run(job)

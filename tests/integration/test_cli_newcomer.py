@@ -96,7 +96,8 @@ def mpirun(args, workdir):
 
 
 def test_config_error_under_mpirun_q_is_the_error_line_alone(workdir):
-    write_config(f"{workdir}/bad.yml", **TINY_MODEL, train_files=f"{workdir}/train.h5", learning_rat=1)
+    write_config(f"{workdir}/bad.yml", **TINY_MODEL, train_files=f"{workdir}/train.h5", global_batch_size=2,
+                 max_target_length=16, learning_rat=1)  # one problem: one error line
     expected = "error: learning_rat: unknown key (did you mean learning_rate?)"
     p = mpirun(["-q"], workdir)
     assert p.returncode == 2, p.stderr
