@@ -22,6 +22,7 @@
 
 #include "cudasim/runtime.h"
 #include "cudasim/sanitizer.h"
+#include "cudasim/stream_order.h"
 #include "cudasim/tensor_core.h"
 
 // Bounds of the section every __shared__ variable lives in (device.h); weak: null when no kernel
@@ -694,7 +695,24 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
     for (size_t i = 0; i < regions.size(); ++i)
       to[i].assign(bytes_of(regions[i]), bytes_of(regions[i]) + regions[i].size);
   };
-  if (schedules > 1) save(start);
+  if (schedules > 1 || order::enabled()) save(start);
+  // streamcheck: the element each pointer argument points at is read (a kernel's other reads are unknown here;
+  // a pointer inside a by-value struct: its first 4 bytes); the bytes it changes are its writes (below, once
+  // its schedules agree).
+  for (size_t i = 0; i < l.args.size(); ++i) {
+    const ArgView& arg = l.args[i];
+    const std::string operand = "argument " + std::to_string(i + 1);
+    for (size_t at = 0; at + sizeof(void*) <= arg.size; at += sizeof(void*)) {
+      const void* p = nullptr;
+      std::memcpy(&p, static_cast<const char*>(arg.bytes) + at, sizeof p);
+      if (!p) continue;
+      const auto a = memory().find(p, 0);
+      if (!a || !a->live) continue;  // not device memory (a word of a struct that only looks like a pointer)
+      const size_t element = arg.is_pointer ? std::max<size_t>(arg.pointee, 1) : 4;
+      order::access(p, std::min<size_t>(element, a->end() - reinterpret_cast<uintptr_t>(p)), false, operand.c_str());
+      if (arg.is_pointer) break;
+    }
+  }
   static const char* const kNames[] = {"in-order", "reversed", "shuffled"};
   const auto started = std::chrono::steady_clock::now();
   struct Timer {  // adds this launch's time to the profile however run_kernel returns
@@ -743,6 +761,7 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
       return;
     }
   }
+  for (size_t i = 0; i < regions.size(); ++i) order::kernel_writes(regions[i], start[i].data());
 }
 
 std::string running_thread_description() {

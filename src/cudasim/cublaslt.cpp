@@ -23,6 +23,7 @@
 #include "cudasim/memory.h"
 #include "cudasim/record.h"
 #include "cudasim/runtime.h"
+#include "cudasim/stream_order.h"
 
 namespace sftdp::sim {
 namespace {
@@ -562,7 +563,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (record_only()) {
     w.what = "cublasLtMatmul (record only)", w.run = [] {};
   } else {
-    w.what = "cublasLtMatmul", w.run = [g] { g.run(); };
+    w.what = "cublasLtMatmul", w.run = [g] {
+      order::access(g.A, extent_bytes(g.a), false, "A");
+      order::access(g.B, extent_bytes(g.b), false, "B");
+      if (g.beta != 0) order::access(g.C, extent_bytes(g.c), false, "C");
+      order::access(g.D, extent_bytes(g.d), true, "D");
+      g.run();
+    };
   }
   // A stream whose capture was invalidated: the launch fails, as a kernel launch would.
   return queue_work(*s, std::move(w)) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;

@@ -24,6 +24,7 @@ struct GraphExec {
   std::mutex mu;  // guards the previous launch
   Stream* last_stream = nullptr;
   uint64_t last_seq = 0;
+  order::Clock last_clock;  // streamcheck: the previous launch's last node, which the next launch is ordered after
 };
 
 struct Handles {
@@ -161,13 +162,15 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t handle, cudaStream_t stream_handle) 
   const bool eager = capture_info(*s, &info) == cudaSuccess && info.status == cudaStreamCaptureStatusNone;
   std::lock_guard<std::mutex> lock(x->mu);
   // "Each launch is ordered behind ... any previous launches of graphExec" (a destroyed stream ran its work).
-  if (eager && x->last_stream && x->last_stream != s && is_live(x->last_stream) &&
-      !x->last_stream->finished(x->last_seq))
-    enqueue(
-        *s, "cudaGraphLaunch: the previous launch",
-        [on = x->last_stream, seq = x->last_seq] { on->wait(seq); }, /*exec=*/false);
+  if (eager && x->last_stream && x->last_stream != s) {
+    s->order_after(x->last_clock);
+    if (is_live(x->last_stream) && !x->last_stream->finished(x->last_seq))
+      enqueue(
+          *s, "cudaGraphLaunch: the previous launch",
+          [on = x->last_stream, seq = x->last_seq] { on->wait(seq); }, /*exec=*/false);
+  }
   if (const cudaError_t e = queue_graph(*s, x->graph); e != cudaSuccess) return fail(e);
-  if (eager) x->last_stream = s, x->last_seq = s->tail();
+  if (eager) x->last_stream = s, x->last_seq = s->tail(), x->last_clock = s->clock();
   return cudaSuccess;
 }
 

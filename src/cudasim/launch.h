@@ -49,6 +49,7 @@ struct ArgView {
   const void* bytes;
   size_t size;
   bool is_pointer;
+  size_t pointee = 1;  // a pointer's element size (1 for void*): the bytes streamcheck takes as read at it
 };
 
 struct KernelLaunch {
@@ -72,6 +73,18 @@ struct LaunchSite {
   int line;
 };
 
+// sizeof(*p) for a pointer type P (1 for void pointers), else 0.
+template <class P>
+constexpr size_t pointee_size() {
+  if constexpr (!std::is_pointer_v<P>) {
+    return 0;
+  } else {
+    using E = std::remove_cv_t<std::remove_pointer_t<P>>;
+    if constexpr (std::is_void_v<E> || std::is_function_v<E>) return 1;
+    else return sizeof(E);
+  }
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...): arguments converted to the kernel's parameter
 // types and copied, as CUDA copies them at the launch.
 template <class... P, class... A>
@@ -83,7 +96,9 @@ void launch(const LaunchSite& site, void (*kernel)(P...), dim3 grid, dim3 block,
   KernelLaunch l{site.kernel, site.file, site.line, grid, block, smem, reinterpret_cast<const void*>(kernel), {}, {}, {}};
   std::apply(
       [&l](auto&... p) {
-        (l.args.push_back(ArgView{&p, sizeof(p), std::is_pointer_v<std::remove_reference_t<decltype(p)>>}), ...);
+        (l.args.push_back(ArgView{&p, sizeof(p), std::is_pointer_v<std::remove_reference_t<decltype(p)>>,
+                                  pointee_size<std::remove_reference_t<decltype(p)>>()}),
+         ...);
       },
       *params);
   Tuple* raw = params.get();

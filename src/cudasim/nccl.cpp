@@ -35,6 +35,7 @@
 #include "cudasim/memory.h"
 #include "cudasim/record.h"
 #include "cudasim/runtime.h"
+#include "cudasim/stream_order.h"
 
 struct ncclComm {  // nccl.h: typedef struct ncclComm* ncclComm_t (opaque)
   MPI_Comm mpi = MPI_COMM_NULL;
@@ -420,7 +421,9 @@ ncclResult_t collective(const char* call, ncclComm_t handle, cudaStream_t stream
                        (root >= 0 ? ",\"root\":" + std::to_string(root) : "") + ",\"send\":" + json_pointer(send) +
                        ",\"recv\":" + json_pointer(recv);
   Pending p{s, comm, call,
-            [keep, body = std::move(body)] {
+            [keep, body = std::move(body), send, send_bytes, recv, recv_bytes] {
+              order::access(send, send_bytes, false, "sendbuff");  // streamcheck (stream_order.h)
+              order::access(recv, recv_bytes, true, "recvbuff");
               if (!keep->aborted) body(*keep);
             },
             std::move(fields)};

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "cudasim/record.h"
 #include "cudasim/sim.h"
@@ -224,11 +226,77 @@ uint64_t enqueue(Stream& s, std::string what, std::function<void()> fn, bool exe
         if (t > 0 && !other->finished(t)) waits.emplace_back(other, t);
       }
     }
-    for (const auto& w : waits)  // (init-captures: clang 14 cannot capture structured bindings)
+    for (const auto& w : waits) {  // (init-captures: clang 14 cannot capture structured bindings)
+      s.order_after(w.first->clock());
       s.enqueue(
           "implicit legacy-stream wait", [other = w.first, t = w.second] { other->wait(t); }, false);
+    }
   }
+  apply_pending_wait(s, what);
   return s.enqueue(std::move(what), std::move(fn), exec);
+}
+
+// SFTDP_SIM_PLANT=drop-wait-before:<op> (tests only): a cudaStreamWaitEvent whose stream's next op's name
+// starts with <op> is dropped, as if the line that called it were deleted. Waits are held back until then.
+namespace {
+struct PendingWait {
+  Stream* on;
+  uint64_t seq;
+  order::Clock clock;
+};
+std::mutex& pending_mu() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::map<Stream*, std::vector<PendingWait>>& pending_waits() {
+  static auto* m = new std::map<Stream*, std::vector<PendingWait>>;
+  return *m;
+}
+}  // namespace
+
+const std::string& planted_wait_drop() {
+  static const std::string op = [] {
+    const char* v = std::getenv("SFTDP_SIM_PLANT");
+    const std::string prefix = "drop-wait-before:";
+    if (!v || !*v) return std::string();
+    const std::string plant(v);
+    if (plant.rfind(prefix, 0) != 0 || plant.size() == prefix.size())
+      bad_setting("SFTDP_SIM_PLANT", v, "expected drop-wait-before:<op name>");
+    return plant.substr(prefix.size());
+  }();
+  return op;
+}
+
+void queue_event_wait(Stream& s, Stream* on, uint64_t seq, const order::Clock& clock) {
+  if (!planted_wait_drop().empty()) {
+    std::lock_guard<std::mutex> lock(pending_mu());
+    pending_waits()[&s].push_back(PendingWait{on, seq, clock});
+    return;
+  }
+  s.order_after(clock);
+  enqueue(
+      s, "cudaStreamWaitEvent", [on, seq] { on->wait(seq); }, /*exec=*/false);
+}
+
+void apply_pending_wait(Stream& s, const std::string& next_op) {
+  if (planted_wait_drop().empty()) return;
+  std::vector<PendingWait> waits;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu());
+    const auto it = pending_waits().find(&s);
+    if (it == pending_waits().end()) return;
+    waits = std::move(it->second);
+    pending_waits().erase(it);
+  }
+  if (next_op.rfind(planted_wait_drop(), 0) == 0) {
+    report("plant", "dropped the cudaStreamWaitEvent before " + next_op + " (SFTDP_SIM_PLANT)");
+    return;
+  }
+  for (const PendingWait& w : waits) {
+    s.order_after(w.clock);
+    s.enqueue(
+        "cudaStreamWaitEvent", [on = w.on, seq = w.seq] { on->wait(seq); }, /*exec=*/false);
+  }
 }
 
 void synchronize_device(int ordinal) {
@@ -238,7 +306,10 @@ void synchronize_device(int ordinal) {
     std::lock_guard<std::mutex> lock(d.mu);
     all = d.streams;
   }
-  for (Stream* s : all) s->wait(s->tail());
+  for (Stream* s : all) {
+    s->wait(s->tail());
+    order::host_observes(s->clock());
+  }
 }
 
 void report(const char* check, const std::string& text) {

@@ -65,6 +65,11 @@ Stream* resolve(cudaStream_t s);
 // Queues fn on s with CUDA's implicit ordering: work on the legacy stream waits for the device's
 // blocking streams and they for it (non-blocking streams for neither).
 uint64_t enqueue(Stream& s, std::string what, std::function<void()> fn, bool exec = true);
+// cudaStreamWaitEvent's eager form: s waits for op `seq` of `on`, whose clock (streamcheck) is `clock`. Under
+// SFTDP_SIM_PLANT=drop-wait-before:<op> (tests) it is held until s's next op, and dropped if that op's name
+// starts with <op> (a report line says so).
+void queue_event_wait(Stream& s, Stream* on, uint64_t seq, const order::Clock& clock);
+void apply_pending_wait(Stream& s, const std::string& next_op);
 void register_stream(Stream* s);
 bool is_live(const Stream* s);  // not destroyed (legacy streams always are)
 void unregister_stream(Stream* s);

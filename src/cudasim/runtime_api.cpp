@@ -44,6 +44,10 @@ std::pair<Stream*, uint64_t> last_record(Event& ev) {
   std::lock_guard<std::mutex> lock(ev.mu);
   return {ev.stream, ev.seq};
 }
+order::Clock record_clock(Event& ev) {
+  std::lock_guard<std::mutex> lock(ev.mu);
+  return order::copy(ev.clock);
+}
 
 double now_ms() {
   using namespace std::chrono;
@@ -95,7 +99,11 @@ cudaError_t queue_copy(const char* call, void* dst, const void* src, size_t byte
   if (record_only() && kind == cudaMemcpyDeviceToDevice) {  // device work: recorded, not run
     w.what = std::string(call) + " (record only)", w.run = [] {};
   } else {
-    w.what = call, w.run = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
+    w.what = call, w.run = [dst, src, bytes] {
+      order::access(src, bytes, false, "source");  // host memory: not tracked
+      order::access(dst, bytes, true, "destination");
+      std::memcpy(dst, src, bytes);
+    };
   }
   return fail(queue_work(stream, std::move(w)));
 }
@@ -110,7 +118,10 @@ cudaError_t queue_memset(const char* call, void* p, int value, size_t bytes, Str
   if (record_only()) {
     w.what = std::string(call) + " (record only)", w.run = [] {};
   } else {
-    w.what = call, w.run = [p, value, bytes] { std::memset(p, value, bytes); };
+    w.what = call, w.run = [p, value, bytes] {
+      order::access(p, bytes, true, "");
+      std::memset(p, value, bytes);
+    };
   }
   return fail(queue_work(stream, std::move(w)));
 }
@@ -276,6 +287,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (const cudaError_t e = check_unsafe_call(); e != cudaSuccess) return fail(e);  // it waits for the device
   if (const cudaError_t e = queue_copy("cudaMemcpy", dst, src, bytes, kind, s); e != cudaSuccess) return e;
   s.wait(s.tail());
+  order::host_observes(s.clock());
   return fail(sticky_error(s.device()));
 }
 
@@ -321,6 +333,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   if (const cudaError_t e = check_stream_sync(*s); e != cudaSuccess) return fail(e);
   s->wait(s->tail());
+  order::host_observes(s->clock());
   return fail(sticky_error(s->device()));
 }
 
@@ -331,8 +344,11 @@ cudaError_t cudaStreamQuery(cudaStream_t handle) {
   if (const cudaError_t e = sticky_error(s->device()); e != cudaSuccess) return fail(e);
   if (const cudaError_t e = check_stream_sync(*s); e != cudaSuccess) return fail(e);
   const uint64_t t = s->tail();
+  const order::Clock clock = s->clock();
   s->release(t);
-  return s->finished(t) ? cudaSuccess : cudaErrorNotReady;
+  if (!s->finished(t)) return cudaErrorNotReady;
+  order::host_observes(clock);
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned flags) {
@@ -345,13 +361,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   if (const cudaError_t e = capture_event_wait(*s, *ev, &captured); e != cudaSuccess || captured) return fail(e);
   Stream* on = nullptr;
   uint64_t seq = 0;
+  order::Clock clock;
   {
     std::lock_guard<std::mutex> lock(ev->mu);
     on = ev->stream, seq = ev->seq;  // the record current at this call, not a later one
+    clock = order::copy(ev->clock);
   }
-  if (on)
-    enqueue(
-        *s, "cudaStreamWaitEvent", [on, seq] { on->wait(seq); }, /*exec=*/false);
+  if (on) queue_event_wait(*s, on, seq, clock);
   return cudaSuccess;
 }
 
@@ -394,8 +410,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
         if (timing && ev->generation == generation) ev->time_ms = now_ms();
       },
       /*exec=*/false);
+  const order::Clock clock = s->clock();  // the record op's (nothing else queued on s since: one host thread)
   std::lock_guard<std::mutex> lock(ev->mu);
-  if (ev->generation == generation) ev->stream = s, ev->seq = seq;
+  if (ev->generation == generation) ev->stream = s, ev->seq = seq, ev->clock = clock;
   return cudaSuccess;
 }
 
@@ -406,8 +423,11 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   const auto [s, seq] = last_record(*ev);
   if (!s) return cudaSuccess;  // never recorded: complete
   if (const cudaError_t e = sticky_error(s->device()); e != cudaSuccess) return fail(e);
+  const order::Clock clock = record_clock(*ev);
   s->release(seq);  // a query asks for the work: it runs now, and a later query sees it done
-  return s->finished(seq) ? cudaSuccess : cudaErrorNotReady;
+  if (!s->finished(seq)) return cudaErrorNotReady;
+  order::host_observes(clock);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -416,7 +436,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (const cudaError_t e = check_event_use(*ev); e != cudaSuccess) return fail(e);
   const auto [s, seq] = last_record(*ev);
   if (!s) return cudaSuccess;
+  const order::Clock clock = record_clock(*ev);
   s->wait(seq);
+  order::host_observes(clock);
   return fail(sticky_error(s->device()));
 }
 

@@ -21,7 +21,9 @@ Stream::Stream(int device, Kind kind) : device_(device), kind_(kind), worker_([t
 uint64_t Stream::enqueue(std::string what, std::function<void()> fn, bool exec) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t seq = next_++;
-  queue_.push_back(Op{seq, std::move(what), std::move(fn), exec});
+  std::shared_ptr<const order::Stamp> stamp;
+  if (order::enabled()) stamp = order::stamp(id_, device_, seq, what, clock_);
+  queue_.push_back(Op{seq, std::move(what), std::move(fn), exec, std::move(stamp)});
   if (!settings().lazy_streams) released_ = seq;
   cv_.notify_all();
   return seq;
@@ -85,6 +87,7 @@ void Stream::work() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
+    order::set_current(op.stamp);  // what the op touches is checked against its clock (stream_order.h)
     if (op.exec) {
       std::lock_guard<std::mutex> exec(execution_lock());
       // After a kernel fault the device runs nothing more (CUDA's sticky errors).
@@ -92,6 +95,7 @@ void Stream::work() {
     } else {
       op.fn();
     }
+    order::set_current(nullptr);
     op.fn = nullptr;  // release what the op captured before it counts as finished
     std::lock_guard<std::mutex> lock(mu_);
     finished_ = op.seq;

@@ -11,10 +11,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cudasim/stream_order.h"
 
 namespace sftdp::sim {
 
@@ -36,6 +39,11 @@ class Stream {
   void release(uint64_t seq);  // ops up to seq may run
   void wait(uint64_t seq);     // release(seq), then block until op seq has finished
   void shut_down();            // runs what is queued, then stops the worker
+  // streamcheck (stream_order.h): the clock of the last op queued, and an edge ordering every later op after
+  // `c` (a wait for an event or another stream).
+  order::Clock clock() const { return order::copy(clock_); }
+  void order_after(const order::Clock& c) { order::join(clock_, c); }
+  uint64_t order_id() const { return id_; }
 
  private:
   struct Op {
@@ -43,11 +51,14 @@ class Stream {
     std::string what;
     std::function<void()> fn;
     bool exec;
+    std::shared_ptr<const order::Stamp> stamp;  // streamcheck's clock of the op (null when it is off)
   };
   void work();
 
   const int device_;
   const Kind kind_;
+  const uint64_t id_ = order::new_stream_id();
+  order::Clock clock_;  // guarded by stream_order.cpp's lock
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;
@@ -65,6 +76,7 @@ struct Event {
   Stream* stream = nullptr;  // null: never recorded (complete)
   uint64_t seq = 0;
   uint64_t generation = 0;  // of the latest record: an older record's marker must not set the time
+  order::Clock clock;       // streamcheck: the latest record's clock (what a wait for it is ordered after)
   double time_ms = -1;      // steady clock at the marker of the latest record; < 0 until it ran
   // A record made while its stream captured (capture.h): the capture's id (0: recorded outside one) and
   // the graph nodes the record stands for; stream and seq then still name the last eager record.

@@ -37,19 +37,25 @@ TEST_F(SimStreams, DeviceToHostCopyReadBeforeSynchronisingIsStale) {
   EXPECT_EQ(got, (std::vector<float>{5, 5, 3, 4}));
 }
 
-TEST_F(SimStreams, MissingEventWaitReadsStaleDataAndTheWaitFixesIt) {
+TEST_F(SimStreams, MissingEventWaitReadsStaleDataIsReportedAndTheWaitFixesIt) {
   cudaStream_t other = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
   float *a = device<float>(64), *b = device<float>(64);
   ASSERT_EQ(cudaMemset(a, 0, 256), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  // Producer on stream_, consumer on `other`, no wait: the consumer sees a's old zeros.
+  // Producer on stream_, consumer on `other`, no wait: the consumer sees a's old zeros, and once the
+  // producer runs, streamcheck reports the two accesses of `a` that nothing orders.
   SFTDP_LAUNCH(fill_kernel, 2, 32, 0, stream_, a, 9.f, 64);
   SFTDP_LAUNCH(copy_kernel, 2, 32, 0, other, b, a, 64);
   ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
   std::vector<float> got(64);
   ASSERT_EQ(cudaMemcpy(got.data(), b, 256, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(got, std::vector<float>(64, 0.f)) << "a missing cudaStreamWaitEvent went unnoticed";
+  EXPECT_EQ(got, std::vector<float>(64, 0.f)) << "the consumer ran after the producer although nothing ordered it";
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaErrorLaunchFailure);
+  EXPECT_REPORT("streamcheck", "kernel fill_kernel", "writes bytes 0..", "kernel copy_kernel (argument 2)",
+                "nothing orders the two");
+  sim::clear_sticky_error();
+  sim::clear_reports();
   // With the event: the consumer's stream waits for the producer's work, which runs because of it.
   cudaEvent_t produced = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming), cudaSuccess);
@@ -60,7 +66,45 @@ TEST_F(SimStreams, MissingEventWaitReadsStaleDataAndTheWaitFixesIt) {
   ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(got.data(), b, 256, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(got, std::vector<float>(64, 4.f));
+  EXPECT_EQ(sim::reports(), std::vector<std::string>{}) << "the event orders the two streams";
   EXPECT_EQ(cudaEventDestroy(produced), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(other), cudaSuccess);
+}
+
+// ---- streamcheck (src/cudasim/stream_order.h): what orders two streams' accesses ----
+
+TEST_F(SimStreams, StreamcheckTakesHostSynchronisationAndDisjointRangesAsOrderedOrApart) {
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  float *a = device<float>(64), *b = device<float>(64);
+  ASSERT_EQ(cudaMemset(a, 0, 256), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // The host waited for the producer before queueing the consumer: ordered.
+  SFTDP_LAUNCH(fill_kernel, 1, 32, 0, stream_, a, 1.f, 64);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  SFTDP_LAUNCH(copy_kernel, 1, 32, 0, other, b, a, 64);
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  // Two streams writing the two halves of one allocation: no byte in common.
+  SFTDP_LAUNCH(fill_kernel, 1, 32, 0, stream_, a, 2.f, 32);
+  SFTDP_LAUNCH(fill_kernel, 1, 32, 0, other, a + 32, 3.f, 32);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // An event polled until it answers cudaSuccess: the host has seen the work, what it queues next is after it.
+  cudaEvent_t done = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
+  SFTDP_LAUNCH(fill_kernel, 1, 32, 0, stream_, b, 4.f, 64);
+  ASSERT_EQ(cudaEventRecord(done, stream_), cudaSuccess);
+  while (cudaEventQuery(done) == cudaErrorNotReady) {
+  }
+  ASSERT_EQ(cudaMemcpyAsync(a, b, 256, cudaMemcpyDeviceToDevice, other), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  EXPECT_EQ(sim::reports(), std::vector<std::string>{});
+  // The same copy queued without the host having seen the fill: its source is written by an unordered fill.
+  SFTDP_LAUNCH(fill_kernel, 1, 32, 0, stream_, b, 6.f, 64);
+  ASSERT_EQ(cudaMemcpyAsync(a, b, 256, cudaMemcpyDeviceToDevice, other), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  EXPECT_REPORT("streamcheck", "cudaMemcpyAsync (source)", "kernel fill_kernel");
+  EXPECT_EQ(cudaEventDestroy(done), cudaSuccess);
+  sim::clear_sticky_error();
   EXPECT_EQ(cudaStreamDestroy(other), cudaSuccess);
 }
 
@@ -99,6 +143,12 @@ TEST_F(SimStreams, LegacyStreamWaitsForBlockingStreamsOnly) {
   ASSERT_EQ(cudaMemcpy(gb.data(), b, 128, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(ga, std::vector<float>(32, 3.f));
   EXPECT_EQ(gb, std::vector<float>(32, 0.f));
+  // The legacy stream's copy of `a` was ordered after the blocking stream's fill; the copy of `b` was not after
+  // the non-blocking stream's, a race streamcheck reports once that fill runs.
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaErrorLaunchFailure);
+  EXPECT_REPORT("streamcheck", "kernel fill_kernel", "cudaMemcpy (source)");
+  EXPECT_EQ(report_with({"streamcheck", "blocking"}), "");
+  sim::clear_sticky_error();
   EXPECT_EQ(cudaStreamDestroy(blocking), cudaSuccess);
 }
 
@@ -200,6 +250,27 @@ TEST(SimDevices, MallocEnforcesEachDevicesBudget) {
     EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
     EXPECT_EQ(cudaFree(a), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&b, size_t{8} << 20), cudaSuccess);
+  });
+}
+
+// SFTDP_SIM_PLANT (tests): a deleted cudaStreamWaitEvent, planted from outside the program, is reported.
+TEST(SimPlant, ADroppedWaitIsAStreamcheckReport) {
+  expect_in_child("SFTDP_SIM_PLANT=drop-wait-before:kernel copy_kernel", [] {
+    cudaStream_t producer = nullptr, consumer = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+    float *a = nullptr, *b = nullptr;
+    ASSERT_EQ(cudaMalloc(&a, 256), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&b, 256), cudaSuccess);
+    cudaEvent_t done = nullptr;
+    ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
+    SFTDP_LAUNCH(fill_kernel, 1, 32, 0, producer, a, 1.f, 64);
+    ASSERT_EQ(cudaEventRecord(done, producer), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(consumer, done, 0), cudaSuccess);  // planted: dropped
+    SFTDP_LAUNCH(copy_kernel, 1, 32, 0, consumer, b, a, 64);
+    (void)cudaDeviceSynchronize();
+    EXPECT_REPORT("plant", "dropped the cudaStreamWaitEvent before kernel copy_kernel");
+    EXPECT_REPORT("streamcheck", "kernel copy_kernel", "kernel fill_kernel");
   });
 }
 

@@ -315,3 +315,19 @@ def test_two_ranks_on_one_gpu(cfg, workdir):
                     np_=2, env_extra=one_gpu, check=False)
     assert gpu.returncode == 2, gpu.stdout + gpu.stderr
     assert re.search(r"error: hardware: gpu: .* runs 2 local ranks", gpu.stderr), gpu.stderr
+
+
+def test_a_dropped_wait_before_the_overlapped_allreduce_is_a_streamcheck_report(cfg, workdir):
+    """Issue 43: the simulator plants what a reviewer would (start_allreduce_sum's cudaStreamWaitEvent deleted:
+    the gradient sum reads what backward is still writing) and its streamcheck reports it, on every run and
+    schedule, where the lazy streams alone let it pass (a later host wait ordered the work)."""
+    if not SIM:
+        pytest.skip("plants a bug through the CUDA simulator")
+    out = f"{workdir}/planted_wait"
+    p = run_train(cfg["gpt2"], dict(base_output_directory=out, hardware="gpu", allreduce_overlap=True, steps=1),
+                  np_=2, check=False, timeout=900,
+                  env_extra=dict(GPUS, SFTDP_SIM_SCHEDULES="1", SFTDP_SIM_PLANT="drop-wait-before:ncclAllReduce"))
+    assert p.returncode != 0, p.stdout[-2000:]
+    assert "sftdp-cudasim: plant: dropped the cudaStreamWaitEvent before ncclAllReduce" in p.stderr, p.stderr[-4000:]
+    race = [line for line in p.stderr.splitlines() if "sftdp-cudasim: streamcheck:" in line]
+    assert race and "ncclAllReduce" in race[0], p.stderr[-4000:]
