@@ -428,6 +428,7 @@ class Model {
   void make_adapters();
   const float* lora_input(const Adapter& ad, const float* x, int B);  // x or its dropout
   uint64_t dropout_key(const Adapter& ad) const;
+  const int32_t* dropout_positions() const;  // context parallelism's global positions (device), or null
   LoraSpec lora_;
   ParamLayout lora_layout_;
   int zero_stage_ = 0;

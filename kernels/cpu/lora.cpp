@@ -30,12 +30,12 @@ void lora_bwd(float* dx, float* dA, float* dB, float* du, const float* dout, int
   parallel_sgemm(CblasNoTrans, CblasNoTrans, N, IC, r, 1.0f, du, r, A, IC, 1.0f, dx, IC);
 }
 
-void lora_dropout(float* out, const float* inp, const int64_t* rows, uint64_t key, float p, float keep_scale, int N,
-                  int T, int C) {
+void lora_dropout(float* out, const float* inp, const int64_t* rows, const int32_t* index, uint64_t key, float p,
+                  float keep_scale, int N, int T, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const int64_t row = rows[n / T];
-    const int t = n % T;
+    const int t = index ? index[n % T] : n % T;
     const float* x = inp + static_cast<size_t>(n) * C;
     float* y = out + static_cast<size_t>(n) * C;
     for (int c = 0; c < C; ++c) y[c] = lora_hash::keep(key, row, t, c, p) ? x[c] * keep_scale : 0.0f;

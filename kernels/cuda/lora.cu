@@ -47,13 +47,13 @@ constexpr int kBlock = 256;
 // A warp per row n of N (batch row n / T, position n mod T: 32-bit, N is an int), the row's elements in
 // 16-byte vectors where out and inp share an alignment, element by element otherwise (vec.cuh).
 // out may alias inp: each element is read before it is written, by the same thread.
-__global__ void lora_dropout_kernel(float* out, const float* inp, const int64_t* rows, uint64_t key, float p,
-                                    float keep_scale, int T, int C, int N) {
+__global__ void lora_dropout_kernel(float* out, const float* inp, const int64_t* rows, const int32_t* index,
+                                    uint64_t key, float p, float keep_scale, int T, int C, int N) {
   constexpr int V = Vec<float>::kSize;
   for_each_row_by_warp(static_cast<size_t>(N), [&](size_t n, int lane) {
     const auto n32 = static_cast<uint32_t>(n), T32 = static_cast<uint32_t>(T);
     const int64_t row = rows[n32 / T32];
-    const int t = static_cast<int>(n32 % T32);
+    const int t = index ? index[n32 % T32] : static_cast<int>(n32 % T32);
     const float* x = inp + n * C;
     float* o = out + n * C;
     const auto one = [&](float xi, int c) { return lora_hash::keep(key, row, t, c, p) ? xi * keep_scale : 0.0f; };
@@ -89,11 +89,11 @@ void lora_bwd_bf16(float* dx, float* dA, float* dB, float* du, const float* dout
   bwd(dx, dA, dB, du, dout, ldo, x, u, A, B, scale, N, IC, r, OC, /*bf16=*/true, stream);
 }
 
-void lora_dropout(float* out, const float* inp, const int64_t* rows, uint64_t key, float p, float keep_scale, int N,
-                  int T, int C, cudaStream_t stream) {
+void lora_dropout(float* out, const float* inp, const int64_t* rows, const int32_t* index, uint64_t key, float p,
+                  float keep_scale, int N, int T, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  SFTDP_LAUNCH(lora_dropout_kernel, row_blocks(N, kBlock), kBlock, 0, stream, out, inp, rows, key, p, keep_scale, T, C,
-               N);
+  SFTDP_LAUNCH(lora_dropout_kernel, row_blocks(N, kBlock), kBlock, 0, stream, out, inp, rows, index, key, p,
+               keep_scale, T, C, N);
   CHECK_LAUNCH();
 }
 

@@ -91,9 +91,6 @@ void validate_batch(const Config& cfg) {
     fail("global_batch_size", "not set (give global_batch_size or per_device_batch_size)");
   require_at_least("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1);
   require_at_least("context_parallelism", cfg.context_parallelism, 1);
-  if (cfg.context_parallelism > 1 && cfg.lora_dropout > 0)
-    fail("context_parallelism", "cannot be combined with lora_dropout > 0 yet (the dropout masks are drawn per "
-                                "position of the rank's rows, not of the whole rows)");
   if (cfg.context_parallelism > 1 && cfg.max_target_length % (2 * cfg.context_parallelism) != 0)
     fail("context_parallelism", std::to_string(cfg.context_parallelism) + " needs max_target_length divisible by " +
                                     std::to_string(2 * cfg.context_parallelism) + " (2 chunks per rank), got " +

@@ -182,6 +182,10 @@ void Model::make_adapters() {
   }
 }
 
+// Where the rows' local positions sit in the whole rows: context parallelism's global positions (the
+// masks are the whole rows' there, so a group draws what one rank would); null: 0 … T − 1.
+const int32_t* Model::dropout_positions() const { return cp_ ? cp_->qpos : nullptr; }
+
 uint64_t Model::dropout_key(const Adapter& ad) const {
   using lora_hash::mix;
   return mix(lora_.seed ^ mix(static_cast<uint64_t>(step_) ^ mix(ad.index)));
@@ -190,7 +194,8 @@ uint64_t Model::dropout_key(const Adapter& ad) const {
 const float* Model::lora_input(const Adapter& ad, const float* x, int B) {
   if (!(lora_.dropout > 0) || !training_) return x;
   const float p = static_cast<float>(lora_.dropout), keep_scale = static_cast<float>(1.0 / (1.0 - lora_.dropout));
-  ops_.lora_dropout(lora_x_, x, row_ids_, dropout_key(ad), p, keep_scale, B * T_, T_, ad.module->IC);
+  ops_.lora_dropout(lora_x_, x, row_ids_, dropout_positions(), dropout_key(ad), p, keep_scale, B * T_, T_,
+                    ad.module->IC);
   return lora_x_;
 }
 
@@ -226,7 +231,7 @@ void Model::lora_backward(int l, LoraSite site, float* dx, const float* dout, in
     ops_.lora_bwd(lora_dx_, dA, dB, lora_du_, dout + m.col, ldo, in, ad.u, A, Bw, lora_.scale(), N, m.IC, lora_.rank,
                   m.OC);
     const float p = static_cast<float>(lora_.dropout), keep_scale = static_cast<float>(1.0 / (1.0 - lora_.dropout));
-    ops_.lora_dropout(lora_dx_, lora_dx_, row_ids_, dropout_key(ad), p, keep_scale, N, T_, m.IC);
+    ops_.lora_dropout(lora_dx_, lora_dx_, row_ids_, dropout_positions(), dropout_key(ad), p, keep_scale, N, T_, m.IC);
     ops_.residual_fwd(dx, dx, lora_dx_, n);
   }
 }

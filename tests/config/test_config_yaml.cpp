@@ -35,8 +35,7 @@ std::vector<Config> configs_touching_every_key() {
       "resume=false", "hf_export=true", "hf_export_tokenizer='tok dir/'", "log_period=3",
       "param_check_period=7"};
   std::vector<std::string> a = common, b = common;
-  // context_parallelism excludes lora_dropout (config b has it).
-  // warmup_steps excludes warmup_steps_fraction: one in each config.
+  // warmup_steps wins over warmup_steps_fraction: one in each config.
   for (const char* kv : {"steps=17", "global_batch_size=24", "warmup_steps_fraction=0.25", "model_name=gpt2-124m", "allreduce_overlap=true",
                          "context_parallelism=2", "num_decoder_layers=3", "vocab_size=1000"})
     a.push_back(kv);

@@ -95,8 +95,6 @@ SHUFFLE_OFF = "enable_data_shuffling=false"
     case("global batch larger than the data", ["{cfg}", "global_batch_size=64"], "global_batch_size"),
     case("context_parallelism not dividing the ranks", ["{cfg}", "context_parallelism=2"], "context_parallelism"),
     case("T not divisible by 2 x context_parallelism", ["{cfg}", "context_parallelism=3"], "context_parallelism"),
-    case("context_parallelism with LoRA dropout", ["{cfg}", "context_parallelism=2", "lora_rank=4", "lora_dropout=0.1"],
-         "context_parallelism"),
     # --- data files ---
     case("missing train file", ["{cfg}", "train_files={d}/missing.h5"], "missing.h5"),
     case("T != max_target_length", ["{cfg}", "train_files={d}/t32.h5"], "t32.h5"),

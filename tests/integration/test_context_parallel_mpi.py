@@ -119,8 +119,9 @@ def test_zero_stages_with_context_parallelism(setup, runs, model, cp, ranks, sta
 
 
 def test_lora_with_context_parallelism(setup, note):
-    """LoRA's adapters (all linear modules, no dropout) train the same at context_parallelism 2 as on one rank."""
-    lora = {"lora_rank": 4, "lora_target_modules": "all-linear", "learning_rate": 1e-2}
+    """LoRA's adapters (all linear modules) train the same at context_parallelism 2 as on one rank, dropout
+    included (issue 43: each rank draws the whole rows' masks at its global positions)."""
+    lora = {"lora_rank": 4, "lora_target_modules": "all-linear", "learning_rate": 1e-2, "lora_dropout": 0.25}
     ref = train(setup, "llama", 1, 1, 1, "lora_ref", lora)
     got = train(setup, "llama", 2, 2, 1, "lora_cp2", lora)
     expect_reference(got, ref, "llama LoRA context_parallelism 2 x 2 ranks", note)

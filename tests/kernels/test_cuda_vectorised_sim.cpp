@@ -251,12 +251,12 @@ TEST_F(Vectorised, LoraDropoutIsTheScalarKernelsBits) {
       float *want = poisoned(n), *got = poisoned(n);
       SFTDP_LAUNCH(old::lora_dropout_kernel, old::blocks(n), old::kBlock, 0, s(), want + o.a, x + o.b, d_rows, key, p,
                    keep_scale, T, C, n);
-      cuda::lora_dropout(got + o.a, x + o.b, d_rows, key, p, keep_scale, N, T, C, s());
+      cuda::lora_dropout(got + o.a, x + o.b, d_rows, nullptr, key, p, keep_scale, N, T, C, s());
       EXPECT_TRUE(same_bits(get(got, n), get(want, n)));
       float *in_want = device_from(random(n, 19)), *in_got = device_from(random(n, 19));  // in place
       SFTDP_LAUNCH(old::lora_dropout_kernel, old::blocks(n), old::kBlock, 0, s(), in_want + o.a, in_want + o.a,
                    d_rows, key, p, keep_scale, T, C, n);
-      cuda::lora_dropout(in_got + o.a, in_got + o.a, d_rows, key, p, keep_scale, N, T, C, s());
+      cuda::lora_dropout(in_got + o.a, in_got + o.a, d_rows, nullptr, key, p, keep_scale, N, T, C, s());
       EXPECT_TRUE(same_bits(get(in_got, n), get(in_want, n))) << "in place";
     }
   EXPECT_TRUE(sim::reports().empty()) << all_reports();
