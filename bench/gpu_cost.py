@@ -270,8 +270,8 @@ KERNELS = {
     "finish_two_sums_kernel": K("cross_entropy.cu", "sums row_loss row_weight N", "memory",
                                 lambda a: 2 * a.N, lambda a: 16 * a.N + 16),
     # lora.cu
-    "lora_dropout_kernel": K("lora.cu", "out inp rows key p keep_scale T C N", "memory",
-                             lambda a: 2 * a.N * a.C, lambda a: 8 * a.N * a.C),
+    "lora_dropout_kernel": K("lora.cu", "out inp rows index key_p p keep_scale T C N", "memory",
+                             lambda a: 2 * a.N * a.C, lambda a: 8 * a.N * a.C + (0 if a.null("index") else 4 * a.N)),
     # attention.cu, CUDA cores (fp32 math; the bf16 instances round q, k, v, dO as they read them; the act16 ones read
     # and write bf16: E bytes per element of q|k|v, dO, O and dqkv, from the recorded type). Per visible pair:
     # forward q·k and p·v (4·HS); dq: q·k, dO·v, ds·k (6·HS); dk/dv: q·k, dO·v, ds·q, p·dO (8·HS). Causal pairs

@@ -13,8 +13,9 @@
 // the same one:  out[n, c] = keep ? inp[n, c] · keep_scale : 0, keep_scale = 1 / (1 − p),
 // keep = (hash(key, rows[n / T], t, c) >> 40) · 2⁻²⁴ >= p, with rows[b] the batch row's index in the
 // training data, t the element's position in its whole row (index[n mod T], or n mod T when index is null:
-// context parallelism holds T of the row's positions, at index), and key folding the seed, the step and
-// the adapter (src/model/lora.cpp).
+// context parallelism holds T of the row's positions, at index), and *key folding the seed, the step and the
+// adapter (src/model/model.cpp), read from memory when the kernel runs (device memory on the GPU), so that a CUDA
+// graph replays the current step's masks.
 // The hash is splitmix64's finaliser chained over the four integers: the same bits on every device.
 // Applied to a gradient it is its own backward. out may alias inp.
 #pragma once
@@ -29,8 +30,8 @@ void lora_bwd(float* dx, float* dA, float* dB, float* du,  // (N,IC) += ; (r,IC)
               const float* x, const float* u,              // (N,IC) (N,r)
               const float* A, const float* B,              // (r,IC) (OC,r)
               float scale, int N, int IC, int r, int OC);
-void lora_dropout(float* out, const float* inp,                             // (N,C) = ; (N,C)
-                  const int64_t* rows, const int32_t* index, uint64_t key,  // (N / T) (T or null)
+void lora_dropout(float* out, const float* inp,                                    // (N,C) = ; (N,C)
+                  const int64_t* rows, const int32_t* index, const uint64_t* key,  // (N / T) (T or null) (1)
                   float p, float keep_scale, int N, int T, int C);
 }  // namespace sftdp::cpu
 
@@ -72,7 +73,7 @@ void lora_fwd_bf16(float* out, int ldo, float* u, const float* x, const float* A
 void lora_bwd_bf16(float* dx, float* dA, float* dB, float* du, const float* dout, int ldo, const float* x,
                    const float* u, const float* A, const float* B, float scale, int N, int IC, int r, int OC,
                    cudaStream_t stream);
-void lora_dropout(float* out, const float* inp, const int64_t* rows, const int32_t* index, uint64_t key, float p,
-                  float keep_scale, int N, int T, int C, cudaStream_t stream);
+void lora_dropout(float* out, const float* inp, const int64_t* rows, const int32_t* index, const uint64_t* key,
+                  float p, float keep_scale, int N, int T, int C, cudaStream_t stream);
 }  // namespace sftdp::cuda
 #endif

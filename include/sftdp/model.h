@@ -452,6 +452,8 @@ class Model {
   void end_pass();    // every mirror cleared
   float *lora_du_ = nullptr, *lora_x_ = nullptr, *lora_dx_ = nullptr;  // scratch; the last two with dropout
   int64_t* row_ids_ = nullptr;  // (max_B): the micro-batch's rows in the training data (dropout)
+  uint64_t* dropout_keys_ = nullptr;         // (adapters): each adapter's mask key for the current step (dropout)
+  std::vector<uint64_t> dropout_keys_host_;  // their host values, uploaded with each micro-batch
   int64_t step_ = 0;
   bool training_ = false;  // inside forward_backward: dropout applies
   // The micro-batch to the device, queued (Ops::to_device_async: nothing waits); training: with the embedding

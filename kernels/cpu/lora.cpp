@@ -30,8 +30,9 @@ void lora_bwd(float* dx, float* dA, float* dB, float* du, const float* dout, int
   parallel_sgemm(CblasNoTrans, CblasNoTrans, N, IC, r, 1.0f, du, r, A, IC, 1.0f, dx, IC);
 }
 
-void lora_dropout(float* out, const float* inp, const int64_t* rows, const int32_t* index, uint64_t key, float p,
-                  float keep_scale, int N, int T, int C) {
+void lora_dropout(float* out, const float* inp, const int64_t* rows, const int32_t* index, const uint64_t* key_p,
+                  float p, float keep_scale, int N, int T, int C) {
+  const uint64_t key = *key_p;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const int64_t row = rows[n / T];

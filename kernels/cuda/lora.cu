@@ -48,8 +48,9 @@ constexpr int kBlock = 256;
 // 16-byte vectors where out and inp share an alignment, element by element otherwise (vec.cuh).
 // out may alias inp: each element is read before it is written, by the same thread.
 __global__ void lora_dropout_kernel(float* out, const float* inp, const int64_t* rows, const int32_t* index,
-                                    uint64_t key, float p, float keep_scale, int T, int C, int N) {
+                                    const uint64_t* key_p, float p, float keep_scale, int T, int C, int N) {
   constexpr int V = Vec<float>::kSize;
+  const uint64_t key = *key_p;  // the step's, written before a graph replay reads it
   for_each_row_by_warp(static_cast<size_t>(N), [&](size_t n, int lane) {
     const auto n32 = static_cast<uint32_t>(n), T32 = static_cast<uint32_t>(T);
     const int64_t row = rows[n32 / T32];
@@ -89,8 +90,8 @@ void lora_bwd_bf16(float* dx, float* dA, float* dB, float* du, const float* dout
   bwd(dx, dA, dB, du, dout, ldo, x, u, A, B, scale, N, IC, r, OC, /*bf16=*/true, stream);
 }
 
-void lora_dropout(float* out, const float* inp, const int64_t* rows, const int32_t* index, uint64_t key, float p,
-                  float keep_scale, int N, int T, int C, cudaStream_t stream) {
+void lora_dropout(float* out, const float* inp, const int64_t* rows, const int32_t* index, const uint64_t* key,
+                  float p, float keep_scale, int N, int T, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
   SFTDP_LAUNCH(lora_dropout_kernel, row_blocks(N, kBlock), kBlock, 0, stream, out, inp, rows, index, key, p,
                keep_scale, T, C, N);

@@ -179,6 +179,8 @@ void Model::make_adapters() {
     lora_x_ = alloc_acts(N * max_in), lora_dx_ = alloc_acts(N * max_in);
     row_ids_ = static_cast<int64_t*>(ops_.alloc(size_t(max_B_) * sizeof(int64_t)));
     owned_.push_back(row_ids_);
+    dropout_keys_ = static_cast<uint64_t*>(ops_.alloc(adapters_.size() * sizeof(uint64_t)));
+    owned_.push_back(dropout_keys_);
   }
 }
 
@@ -194,7 +196,7 @@ uint64_t Model::dropout_key(const Adapter& ad) const {
 const float* Model::lora_input(const Adapter& ad, const float* x, int B) {
   if (!(lora_.dropout > 0) || !training_) return x;
   const float p = static_cast<float>(lora_.dropout), keep_scale = static_cast<float>(1.0 / (1.0 - lora_.dropout));
-  ops_.lora_dropout(lora_x_, x, row_ids_, dropout_positions(), dropout_key(ad), p, keep_scale, B * T_, T_,
+  ops_.lora_dropout(lora_x_, x, row_ids_, dropout_positions(), dropout_keys_ + ad.index, p, keep_scale, B * T_, T_,
                     ad.module->IC);
   return lora_x_;
 }
@@ -231,7 +233,8 @@ void Model::lora_backward(int l, LoraSite site, float* dx, const float* dout, in
     ops_.lora_bwd(lora_dx_, dA, dB, lora_du_, dout + m.col, ldo, in, ad.u, A, Bw, lora_.scale(), N, m.IC, lora_.rank,
                   m.OC);
     const float p = static_cast<float>(lora_.dropout), keep_scale = static_cast<float>(1.0 / (1.0 - lora_.dropout));
-    ops_.lora_dropout(lora_dx_, lora_dx_, row_ids_, dropout_positions(), dropout_key(ad), p, keep_scale, N, T_, m.IC);
+    ops_.lora_dropout(lora_dx_, lora_dx_, row_ids_, dropout_positions(), dropout_keys_ + ad.index, p, keep_scale, N,
+                      T_, m.IC);
     ops_.residual_fwd(dx, dx, lora_dx_, n);
   }
 }
@@ -307,7 +310,8 @@ int Model::default_head_chunk_rows16(int V, int max_rows) {
 }
 
 bool Model::graphable(bool with_ready) const {
-  return graphs_->enabled() && !residency_ && !cp_ && !with_ready && !(lora_.enabled() && lora_.dropout > 0);
+  // LoRA dropout replays too: its masks' keys and rows are read from device memory the upload fills.
+  return graphs_->enabled() && !residency_ && !cp_ && !with_ready;
 }
 
 void Model::set_cuda_graphs(bool on) { graphs_->set_enabled(on); }
@@ -423,9 +427,12 @@ void Model::upload(const data::Batch& b, bool training) {
   SFTDP_ASSERT(b.B >= 1 && b.B <= max_B_ && b.T == T_, "micro-batch shape does not fit the model");
   const size_t n = size_t(b.B) * b.T;
   ops_.to_device_async(io_.inputs, b.inputs.data(), n * sizeof(int32_t));
-  if (row_ids_) {  // dropout masks are keyed by the rows' places in the training data
+  if (row_ids_) {  // dropout masks are keyed by the rows' places in the training data, the step and the adapter
     SFTDP_ASSERT(b.row_ids.size() == size_t(b.B), "a LoRA-dropout micro-batch without its row ids");
     ops_.to_device_async(row_ids_, b.row_ids.data(), size_t(b.B) * sizeof(int64_t));
+    dropout_keys_host_.resize(adapters_.size());
+    for (const Adapter& ad : adapters_) dropout_keys_host_[ad.index] = dropout_key(ad);
+    ops_.to_device_async(dropout_keys_, dropout_keys_host_.data(), adapters_.size() * sizeof(uint64_t));
   }
   io_.has_segments = b.has_segments();
   io_.has_positions = b.has_positions();

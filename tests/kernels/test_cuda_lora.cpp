@@ -50,16 +50,18 @@ TEST(CudaLora, MatchesCpuTwinAndDropoutBitForBit) {
     const auto x = uniform(size_t(N) * C, 27);
     const std::vector<int64_t> rows = {5, 123456789012};
     std::vector<float> y(x.size());
-    cpu::lora_dropout(y.data(), x.data(), rows.data(), nullptr, 99, 0.4f, 1.0f / 0.6f, N, T, C);
+    const std::vector<uint64_t> key = {99};  // read from device memory by the kernel (a graph replays the step's)
+    cpu::lora_dropout(y.data(), x.data(), rows.data(), nullptr, key.data(), 0.4f, 1.0f / 0.6f, N, T, C);
     DeviceBuffer<float> g_x(*ops, x), g_y(*ops, x.size());
     DeviceBuffer<int64_t> g_rows(*ops, rows);
-    ops->lora_dropout(g_y.get(), g_x.get(), g_rows.get(), nullptr, 99, 0.4f, 1.0f / 0.6f, N, T, C);
+    DeviceBuffer<uint64_t> g_key(*ops, key);
+    ops->lora_dropout(g_y.get(), g_x.get(), g_rows.get(), nullptr, g_key.get(), 0.4f, 1.0f / 0.6f, N, T, C);
     EXPECT_TRUE(bitwise_equal(g_y.download(), y));
     // With a position index (context parallelism's global positions): the CPU twin's bits.
     const std::vector<int32_t> index = {40, 3, 17, 0, 8, 99, 1, 2, 64};
-    cpu::lora_dropout(y.data(), x.data(), rows.data(), index.data(), 99, 0.4f, 1.0f / 0.6f, N, T, C);
+    cpu::lora_dropout(y.data(), x.data(), rows.data(), index.data(), key.data(), 0.4f, 1.0f / 0.6f, N, T, C);
     DeviceBuffer<int32_t> g_index(*ops, index);
-    ops->lora_dropout(g_y.get(), g_x.get(), g_rows.get(), g_index.get(), 99, 0.4f, 1.0f / 0.6f, N, T, C);
+    ops->lora_dropout(g_y.get(), g_x.get(), g_rows.get(), g_index.get(), g_key.get(), 0.4f, 1.0f / 0.6f, N, T, C);
     EXPECT_TRUE(bitwise_equal(g_y.download(), y)) << "with an index";
   }
 }

@@ -247,16 +247,17 @@ TEST_F(Vectorised, LoraDropoutIsTheScalarKernelsBits) {
       std::vector<int64_t> rows(N / T + 1);
       for (size_t b = 0; b < rows.size(); ++b) rows[b] = static_cast<int64_t>(1000 + 7919 * b);
       const int64_t* d_rows = upload(rows);
+      const uint64_t* d_key = upload(std::vector<uint64_t>{key});
       float* x = device_from(random(n, 19));
       float *want = poisoned(n), *got = poisoned(n);
       SFTDP_LAUNCH(old::lora_dropout_kernel, old::blocks(n), old::kBlock, 0, s(), want + o.a, x + o.b, d_rows, key, p,
                    keep_scale, T, C, n);
-      cuda::lora_dropout(got + o.a, x + o.b, d_rows, nullptr, key, p, keep_scale, N, T, C, s());
+      cuda::lora_dropout(got + o.a, x + o.b, d_rows, nullptr, d_key, p, keep_scale, N, T, C, s());
       EXPECT_TRUE(same_bits(get(got, n), get(want, n)));
       float *in_want = device_from(random(n, 19)), *in_got = device_from(random(n, 19));  // in place
       SFTDP_LAUNCH(old::lora_dropout_kernel, old::blocks(n), old::kBlock, 0, s(), in_want + o.a, in_want + o.a,
                    d_rows, key, p, keep_scale, T, C, n);
-      cuda::lora_dropout(in_got + o.a, in_got + o.a, d_rows, nullptr, key, p, keep_scale, N, T, C, s());
+      cuda::lora_dropout(in_got + o.a, in_got + o.a, d_rows, nullptr, d_key, p, keep_scale, N, T, C, s());
       EXPECT_TRUE(same_bits(get(in_got, n), get(in_want, n))) << "in place";
     }
   EXPECT_TRUE(sim::reports().empty()) << all_reports();

@@ -138,13 +138,16 @@ TEST(Lora, ReferenceGradientsMatchFiniteDifferences) {
   check(x, dx, 0), check(A, dA, 1), check(B, dB, 2);
 }
 
+// The masks' keys, read through a pointer as the kernels read them (from device memory on the GPU).
+constexpr uint64_t kKey42 = 42, kKey43 = 43, kKey7 = 7;
+
 TEST(LoraDropout, KeepsAboutOneMinusPScaledAndDependsOnlyOnWhere) {
   const int B = 3, T = 50, C = 40, N = B * T;
   const auto x = uniform(size_t(N) * C, 16, 0.5f, 1.0f);  // never 0: a zero output means dropped
   const std::vector<int64_t> rows = {7, 1000000007, 3};
   const float p = 0.3f, keep_scale = 1.0f / (1.0f - p);
   std::vector<float> y(x.size());
-  cpu::lora_dropout(y.data(), x.data(), rows.data(), nullptr, 42, p, keep_scale, N, T, C);
+  cpu::lora_dropout(y.data(), x.data(), rows.data(), nullptr, &kKey42, p, keep_scale, N, T, C);
   size_t kept = 0;
   for (size_t i = 0; i < y.size(); ++i) {
     if (y[i] == 0.0f) continue;
@@ -156,8 +159,8 @@ TEST(LoraDropout, KeepsAboutOneMinusPScaledAndDependsOnlyOnWhere) {
   // The same row at another batch slot, and the same key: the same mask. Another key, another mask.
   const std::vector<int64_t> moved = {3, 7, 1000000007};
   std::vector<float> y2(x.size()), y3(x.size());
-  cpu::lora_dropout(y2.data(), x.data(), moved.data(), nullptr, 42, p, keep_scale, N, T, C);
-  cpu::lora_dropout(y3.data(), x.data(), rows.data(), nullptr, 43, p, keep_scale, N, T, C);
+  cpu::lora_dropout(y2.data(), x.data(), moved.data(), nullptr, &kKey42, p, keep_scale, N, T, C);
+  cpu::lora_dropout(y3.data(), x.data(), rows.data(), nullptr, &kKey43, p, keep_scale, N, T, C);
   size_t same_key_differs = 0, other_key_differs = 0;
   for (int b = 0; b < B; ++b) {
     const int b2 = (b + 1) % B;  // rows[b] sits at slot b2 of moved
@@ -171,9 +174,9 @@ TEST(LoraDropout, KeepsAboutOneMinusPScaledAndDependsOnlyOnWhere) {
   EXPECT_GT(other_key_differs, y.size() / 5);
   // In place, and p = 0 keeps everything unscaled.
   auto z = x;
-  cpu::lora_dropout(z.data(), z.data(), rows.data(), nullptr, 42, p, keep_scale, N, T, C);
+  cpu::lora_dropout(z.data(), z.data(), rows.data(), nullptr, &kKey42, p, keep_scale, N, T, C);
   EXPECT_TRUE(bitwise_equal(z, y));
-  cpu::lora_dropout(z.data(), x.data(), rows.data(), nullptr, 42, 0.0f, 1.0f, N, T, C);
+  cpu::lora_dropout(z.data(), x.data(), rows.data(), nullptr, &kKey42, 0.0f, 1.0f, N, T, C);
   EXPECT_TRUE(bitwise_equal(z, x));
 }
 
@@ -185,7 +188,7 @@ TEST(LoraDropout, ARanksPositionsDrawTheWholeRowsMaskThere) {
   const std::vector<int64_t> rows = {11, 5};
   const float p = 0.3f, keep_scale = 1.0f / (1.0f - p);
   std::vector<float> whole(x.size());
-  cpu::lora_dropout(whole.data(), x.data(), rows.data(), nullptr, 7, p, keep_scale, B * T, T, C);
+  cpu::lora_dropout(whole.data(), x.data(), rows.data(), nullptr, &kKey7, p, keep_scale, B * T, T, C);
   for (int i = 0; i < n; ++i) {  // rank i: chunks i and 2n − 1 − i, as model::context_split lays them out
     const int chunk = T / (2 * n), Tl = 2 * chunk;
     std::vector<int32_t> index;
@@ -196,7 +199,7 @@ TEST(LoraDropout, ARanksPositionsDrawTheWholeRowsMaskThere) {
       for (int t = 0; t < Tl; ++t)
         for (int c = 0; c < C; ++c)
           mine[(size_t(b) * Tl + t) * C + c] = x[(size_t(b) * T + index[t]) * C + c];
-    cpu::lora_dropout(got.data(), mine.data(), rows.data(), index.data(), 7, p, keep_scale, B * Tl, Tl, C);
+    cpu::lora_dropout(got.data(), mine.data(), rows.data(), index.data(), &kKey7, p, keep_scale, B * Tl, Tl, C);
     for (int b = 0; b < B; ++b)
       for (int t = 0; t < Tl; ++t)
         for (int c = 0; c < C; ++c)

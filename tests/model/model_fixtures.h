@@ -78,6 +78,7 @@ inline data::Batch slice_rows(const data::Batch& b, int lo, int hi) {
   s.loss_weights.assign(b.loss_weights.begin() + a, b.loss_weights.begin() + e);
   if (b.has_segments()) s.segment_ids.assign(b.segment_ids.begin() + a, b.segment_ids.begin() + e);
   if (b.has_positions()) s.positions.assign(b.positions.begin() + a, b.positions.begin() + e);
+  if (!b.row_ids.empty()) s.row_ids.assign(b.row_ids.begin() + lo, b.row_ids.begin() + hi);
   return s;
 }
 

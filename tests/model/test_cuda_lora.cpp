@@ -112,6 +112,53 @@ TEST_P(CudaLora, BaseStaysBitwiseOverStepsAndBf16StaysClose) {
   EXPECT_FALSE(model::make_model(d, *bf16_ops, 3, kT, false, true, spec_of(d, 0.3))->bf16_activations());
 }
 
+// LoRA dropout under CUDA graphs (issue 43): the masks' keys (seed, step, adapter) and rows are read from device
+// memory that each micro-batch's upload fills, so a replayed step draws its own step's masks: four steps of two
+// micro-batches, graphs on and off, give the same adapters, moments and losses bit for bit, and the graph run did
+// capture its passes.
+TEST_P(CudaLora, DropoutReplaysBitwiseUnderCudaGraphs) {
+  SFTDP_REQUIRE_CUDA(ops);
+  const auto& d = GetParam().dims;
+  const auto spec = spec_of(d, 0.3);
+  std::vector<float> base, adapters;
+  model::init_params(base, model::param_layout(d), d, 7);
+  model::init_lora(adapters, model::lora_layout(d, spec), 9);
+  auto rows = random_rows(6, kT, d.V, 41, /*segments=*/true);
+  rows.row_ids = {4, 9, 1, 30, 2, 7};
+  struct Run {
+    std::vector<float> adapters, m, v;
+    std::vector<double> losses;
+    size_t graphs = 0;
+  };
+  const auto train = [&](bool graphs) {
+    const auto m = model::make_model(d, *ops, 3, kT, false, false, spec);
+    m->set_cuda_graphs(graphs);
+    m->set_params_from_host(base);
+    m->set_trainable_from_host(adapters);
+    optim::AdamW opt(*m);
+    config::Config cfg;
+    Run r;
+    for (int step = 1; step <= 4; ++step) {
+      m->set_step(step);
+      m->zero_grads();
+      m->forward_backward(slice_rows(rows, 0, 3));
+      m->forward_backward(slice_rows(rows, 3, 6));
+      r.losses.push_back(opt.apply(cfg, 1e-2, step).loss);
+    }
+    r.adapters = m->trainable_to_host();
+    opt.moments_to_host(r.m, r.v);
+    r.graphs = m->graphs_captured();
+    return r;
+  };
+  const Run eager = train(false), replayed = train(true);
+  EXPECT_EQ(eager.graphs, 0u);
+  EXPECT_GE(replayed.graphs, 1u) << "the micro-steps' passes with dropout are captured";
+  EXPECT_TRUE(bitwise_equal(replayed.adapters, eager.adapters));
+  EXPECT_TRUE(bitwise_equal(replayed.m, eager.m));
+  EXPECT_TRUE(bitwise_equal(replayed.v, eager.v));
+  EXPECT_EQ(replayed.losses, eager.losses);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CudaLora, ::testing::ValuesIn(families()), family_name);
 
 }  // namespace
