@@ -65,7 +65,9 @@ struct Config {
   double adam_b1 = 0.9, adam_b2 = 0.95, adam_eps = 1e-8;
   double adam_weight_decay = 0.1;
   double gradient_clipping_threshold = 1.0;  // 0 = off
-  int64_t zero_stage = 0;  // 0 | 1: ZeRO-1, each rank keeps and updates its shard of the moments
+  // 0 | 1 | 2 | 3 (SPEC §1 ZeRO): 1 shards the moments (each rank updates its shard), 2 also the gradient sums
+  // (reduce-scattered), 3 also the parameters (all-gathered per unit)
+  int64_t zero_stage = 0;
   bool allreduce_overlap = false;  // bucketed non-blocking allreduce during the last backward
   // Checkpoints
   int64_t checkpoint_period = 0;  // 0 = only at the end

@@ -4,8 +4,9 @@
 // one flat buffer, >= 2-D weights first (they take weight decay), then vectors. The gradient
 // buffer has the same layout plus two trailing floats: [P] = loss sum, [P+1] = weight sum, so one
 // allreduce carries gradient sums and both counts (SPEC §1). The trainer, optimiser, checkpoints
-// and evaluation see only Model; the families differ in their layout and their two passes, which
-// stop at the final hidden state. The LM head and the masked cross-entropy are Model's: a fused,
+// and evaluation see only Model. Every family is one transformer block (src/model/decoder.h) read through its
+// traits (src/model/block_traits.h: norm, MLP, positions, biases, q/k norm, tied head), which also give its
+// layout; the block's two passes stop at the final hidden state. The LM head and the masked cross-entropy are Model's: a fused,
 // chunked linear cross-entropy over only the positions with loss weight != 0 (gathered on the
 // host at upload), so the (B·T, V) logits are never materialised; see src/model/model.cpp.
 // With remat (activation recomputation), the families keep per block only its output (the
@@ -522,58 +523,5 @@ size_t context_parallel_bytes(const config::ModelDims& d, int B, int T, int cp);
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
                                   bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0,
                                   bool bf16_weights = false);
-
-class Gpt2 final : public Model {
- public:
-  Gpt2(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false,
-       const LoraSpec& lora = {}, int zero_stage = 0, bool bf16_weights = false);
-  ~Gpt2() override;
-
- private:
-  struct Acts;
-  struct Acts16;
-  void run_forward(int B) override;
-  void run_backward(int B) override;
-  // Block l's forward from its input (the embedding's or block l-1's output); with
-  // through_output = false it stops before the MLP's output projection (what backward needs).
-  void block_forward(int l, int B, bool through_output);
-  // The same on the act16 path (src/model/gpt2_act16.cpp).
-  void make_acts16();
-  void destroy_acts16();
-  void block_forward16(int l, int B, bool through_output);
-  void run_forward16(int B);
-  void run_backward16(int B);
-  // Offsets (in floats) of the tensors the passes touch, looked up by name once, not per pass.
-  std::vector<std::array<size_t, 12>> layer_offsets_;  // per layer: ln_1 w,b, qkv w,b, proj w,b, ln_2 w,b, fc w,b, mlp.proj w,b
-  size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
-  Acts* acts_ = nullptr;
-  Acts16* acts16_ = nullptr;
-};
-
-class Llama final : public Model {
- public:
-  Llama(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false, bool bf16_activations = false,
-        const LoraSpec& lora = {}, int zero_stage = 0, bool bf16_weights = false);
-  ~Llama() override;
-
- private:
-  struct Acts;
-  struct Acts16;
-  void run_forward(int B) override;
-  void run_backward(int B) override;
-  void block_forward(int l, int B, bool through_output);  // as Gpt2's
-  // The same on the act16 path (src/model/llama_act16.cpp).
-  void make_acts16();
-  void destroy_acts16();
-  void block_forward16(int l, int B, bool through_output);
-  void run_forward16(int B);
-  void run_backward16(int B);
-  // Per layer: ln_1, qkv w, qkv b, q_norm, k_norm, proj, ln_2, fc, mlp.proj (absent: SIZE_MAX).
-  std::vector<std::array<size_t, 9>> layer_offsets_;
-  size_t wte_ = 0, lnf_ = 0;
-  float* inv_freq_ = nullptr;  // (HS/2): RoPE's inverse frequencies, a constant table
-  Acts* acts_ = nullptr;
-  Acts16* acts16_ = nullptr;
-};
 
 }  // namespace sftdp::model

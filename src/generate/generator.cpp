@@ -2,7 +2,7 @@
 // trainer's kernels through the Ops table (kernels/ops.h), so the CPU and the GPU run this one code
 // path. Legend: n new tokens at positions [p, p + n), C channels, F mlp dim, V vocab, NH query heads,
 // KVH k/v heads, HS head size, QKV = (NH + 2·KVH)·HS, A = NH·HS, maxT the cache's positions.
-// The blocks are the trainer's (src/model/gpt2.cpp, llama.cpp), forward only, without keeping their
+// The blocks are the trainer's (src/model/decoder.cpp, over block_traits.h), forward only, without keeping their
 // activations:
 //   GPT-2:  x = wte[id] + wpe[pos]; x += proj(attn(qkv(ln_1 x))); x += fc2(gelu(fc(ln_2 x)))
 //   Llama:  x = wte[id];  x += o(attn(rope(qk_norm?(qkv(rms_1 x) [+ bias])))); x += down(swiglu(gate|up(rms_2 x)))

@@ -1,9 +1,10 @@
-// src/model/layout.cpp — parameter names, shapes and offsets of both decoder families (SPEC §5),
+// src/model/layout.cpp — parameter names, shapes and offsets of every decoder family (SPEC §5), from its traits,
 // and their seeded initialisation. Memory order puts every >= 2-D weight first, so AdamW's weight
 // decay is one contiguous range [0, n_decay).
 #include <cmath>
 #include <cstdint>
 
+#include "model/block_traits.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
 
@@ -47,53 +48,44 @@ struct LayoutBuilder {
 
 }  // namespace
 
-ParamLayout gpt2_layout(const config::ModelDims& d) {
-  const int64_t C = d.C, F = d.F, V = d.V, T = d.maxT;
+namespace {
+
+// The family's tensors from its traits (block_traits.h), in SPEC §5 order: wte, wpe (learned positions), each
+// block's tensors in LayerTensor order (those the family has), ln_f (weight, and bias with LayerNorm), lm_head
+// (untied).
+ParamLayout decoder_layout(const config::ModelDims& d) {
+  const BlockTraits tr = block_traits(d);
+  const int64_t C = d.C, F = d.F, V = d.V, HS = d.head_size(), QKV = d.qkv_dim(), A = d.attn_dim();
+  const int64_t FW = tr.mlp_width(d.F);
+  const std::vector<int64_t> shapes[kLayerTensors] = {{C},      {C}, {QKV, C}, {QKV}, {HS}, {HS}, {C, A},
+                                                      {C},      {C}, {C},      {FW, C}, {FW}, {C, F}, {C}};
   LayoutBuilder b;
   b.add("wte", {V, C});
-  b.add("wpe", {T, C});
+  if (tr.positions == Positions::kLearned) b.add("wpe", {int64_t(d.maxT), C});
   for (int l = 0; l < d.L; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    b.add(h + "ln_1.weight", {C});
-    b.add(h + "ln_1.bias", {C});
-    b.add(h + "attn.qkv.weight", {3 * C, C});
-    b.add(h + "attn.qkv.bias", {3 * C});
-    b.add(h + "attn.proj.weight", {C, C});
-    b.add(h + "attn.proj.bias", {C});
-    b.add(h + "ln_2.weight", {C});
-    b.add(h + "ln_2.bias", {C});
-    b.add(h + "mlp.fc.weight", {F, C});
-    b.add(h + "mlp.fc.bias", {F});
-    b.add(h + "mlp.proj.weight", {C, F});
-    b.add(h + "mlp.proj.bias", {C});
+    for (int k = 0; k < kLayerTensors; ++k)
+      if (block_has(tr, LayerTensor(k))) b.add(h + layer_tensor_name(LayerTensor(k)), shapes[k]);
   }
   b.add("ln_f.weight", {C});
-  b.add("ln_f.bias", {C});
+  if (tr.norm == Norm::kLayerNorm) b.add("ln_f.bias", {C});
+  if (!tr.tied_head) b.add("lm_head.weight", {V, C});
   return b.finish();
 }
 
-ParamLayout llama_layout(const config::ModelDims& d) {
-  const int64_t C = d.C, F = d.F, V = d.V, HS = d.head_size(), QKV = d.qkv_dim(), A = d.attn_dim();
-  LayoutBuilder b;
-  b.add("wte", {V, C});
-  for (int l = 0; l < d.L; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    b.add(h + "ln_1.weight", {C});
-    b.add(h + "attn.qkv.weight", {QKV, C});
-    if (d.qkv_bias) b.add(h + "attn.qkv.bias", {QKV});
-    if (d.qk_norm) {
-      b.add(h + "attn.q_norm.weight", {HS});
-      b.add(h + "attn.k_norm.weight", {HS});
-    }
-    b.add(h + "attn.proj.weight", {C, A});
-    b.add(h + "ln_2.weight", {C});
-    b.add(h + "mlp.fc.weight", {2 * F, C});
-    b.add(h + "mlp.proj.weight", {C, F});
-  }
-  b.add("ln_f.weight", {C});
-  if (!d.tied) b.add("lm_head.weight", {V, C});
-  return b.finish();
+}  // namespace
+
+ParamLayout gpt2_layout(const config::ModelDims& d) {
+  SFTDP_ASSERT(d.block == config::Block::kGpt2, "gpt2_layout of another family");
+  return decoder_layout(d);
 }
+
+ParamLayout llama_layout(const config::ModelDims& d) {
+  SFTDP_ASSERT(d.block == config::Block::kLlama, "llama_layout of another family");
+  return decoder_layout(d);
+}
+
+ParamLayout param_layout(const config::ModelDims& d) { return decoder_layout(d); }
 
 namespace {
 // splitmix64: a small, fully specified generator, so initial weights are the same everywhere.
@@ -132,7 +124,7 @@ void init_params(std::vector<float>& params, const ParamLayout& layout, const co
     }
     // One stream per tensor, so adding layers does not shift the others' values.
     SplitMix64 rng{seed * 0x100000001B3ull + 0x51ED27ull * (i + 1)};
-    const bool proj = d.block == config::Block::kGpt2 &&
+    const bool proj = block_traits(d).scaled_residual_init &&
                       (ends_with(t.name, "attn.proj.weight") || ends_with(t.name, "mlp.proj.weight"));
     const double sd = proj ? std_proj : std_w;
     for (size_t j = 0; j < t.numel; ++j) p[j] = static_cast<float>(sd * rng.normal());

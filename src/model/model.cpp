@@ -21,22 +21,18 @@
 #include "kernels/bf16.h"
 #include "kernels/encoder.h"
 #include "kernels/ops.h"
+#include "model/block_traits.h"
 #include "model/context_parallel.h"
+#include "model/decoder.h"
 #include "model/graph_cache.h"
 #include "sftdp/check.h"
 #include "sftdp/model.h"
 
 namespace sftdp::model {
 
-ParamLayout param_layout(const config::ModelDims& d) {
-  return d.block == config::Block::kLlama ? llama_layout(d) : gpt2_layout(d);
-}
-
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat,
                                   bool bf16_activations, const LoraSpec& lora, int zero_stage, bool bf16_weights) {
-  if (d.block == config::Block::kLlama)
-    return std::make_unique<Llama>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage, bf16_weights);
-  return std::make_unique<Gpt2>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage, bf16_weights);
+  return std::make_unique<Decoder>(d, ops, max_B, T, remat, bf16_activations, lora, zero_stage, bf16_weights);
 }
 
 namespace {
@@ -439,7 +435,7 @@ void Model::upload(const data::Batch& b, bool training) {
   if (io_.has_segments) ops_.to_device_async(io_.segments, b.segment_ids.data(), n * sizeof(int32_t));
   if (io_.has_positions) ops_.to_device_async(io_.positions, b.positions.data(), n * sizeof(int32_t));
   if (training && !lora()) {  // the embedding backward's buckets (a frozen base has none to compute)
-    const bool learned_positions = d_.block == config::Block::kGpt2;
+    const bool learned_positions = block_traits(d_).positions == Positions::kLearned;
     encoder_buckets(b.inputs.data(), io_.has_positions ? b.positions.data() : nullptr, b.B, b.T, learned_positions,
                     host_buckets_);
     ops_.to_device_async(io_.buckets, host_buckets_.data(), host_buckets_.size() * sizeof(int32_t));

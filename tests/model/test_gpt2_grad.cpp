@@ -22,7 +22,7 @@ std::vector<float> random_params(const model::ParamLayout& lay, const config::Mo
   return p;
 }
 
-double loss_sum(model::Gpt2& m, const data::Batch& b) { return m.forward(b).loss_sum; }
+double loss_sum(model::Model& m, const data::Batch& b) { return m.forward(b).loss_sum; }
 
 }  // namespace
 
@@ -30,7 +30,8 @@ double loss_sum(model::Gpt2& m, const data::Batch& b) { return m.forward(b).loss
 TEST(Gpt2Gradients, MatchFiniteDifferencesOfLossSum) {
   for (bool segments : {false, true}) {
     const auto d = test::tiny_dims();
-    model::Gpt2 m(d, cpu_ops(), 3, 8);
+    const auto m_owned = model::make_model(d, cpu_ops(), 3, 8);
+    auto& m = *m_owned;
     const auto params = random_params(m.layout(), d);
     m.set_params_from_host(params);
     const auto batch = test::random_rows(3, 8, d.V, 11, segments);
@@ -64,7 +65,8 @@ TEST(Gpt2Gradients, MatchFiniteDifferencesOfLossSum) {
 // Trailing sums of the gradient buffer are exactly the cross-entropy's loss sum and weight sum.
 TEST(Gpt2Gradients, TrailingSumsAreLossSumAndWeightSum) {
   const auto d = test::tiny_dims();
-  model::Gpt2 m(d, cpu_ops(), 4, 8);
+  const auto m_owned = model::make_model(d, cpu_ops(), 4, 8);
+  auto& m = *m_owned;
   std::vector<float> p;
   model::init_params(p, m.layout(), d, 3);
   m.set_params_from_host(p);
@@ -88,14 +90,16 @@ TEST(Gpt2Factorisation, GradientAccumulationIsOneBigBatch) {
   const auto batch = test::random_rows(G, T, d.V, 2024);
   std::vector<float> p;
   {
-    model::Gpt2 probe(d, cpu_ops(), 1, T);
+    const auto probe_owned = model::make_model(d, cpu_ops(), 1, T);
+    auto& probe = *probe_owned;
     p = random_params(probe.layout(), d);
   }
   std::vector<std::vector<float>> normalised;
   std::vector<double> losses;
   for (int ga : {1, 2, 4, 8}) {
     const int b = G / ga;
-    model::Gpt2 m(d, cpu_ops(), b, T);
+    const auto m_owned = model::make_model(d, cpu_ops(), b, T);
+    auto& m = *m_owned;
     m.set_params_from_host(p);
     m.zero_grads();
     for (int micro = 0; micro < ga; ++micro) m.forward_backward(test::slice_rows(batch, micro * b, (micro + 1) * b));
@@ -113,7 +117,8 @@ TEST(Gpt2Factorisation, GradientAccumulationIsOneBigBatch) {
   // The bug this project exists to avoid: a mean of micro-batch means differs measurably here.
   double mean_of_means = 0;
   for (int micro = 0; micro < 8; ++micro) {
-    model::Gpt2 m(d, cpu_ops(), 1, T);
+    const auto m_owned = model::make_model(d, cpu_ops(), 1, T);
+    auto& m = *m_owned;
     m.set_params_from_host(p);
     const auto s = m.forward(test::slice_rows(batch, micro, micro + 1));
     mean_of_means += s.weight_sum > 0 ? s.loss_sum / s.weight_sum / 8 : 0;

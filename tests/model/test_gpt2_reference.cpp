@@ -17,7 +17,8 @@ namespace {
 void compare_with_reference(bool segments, int head_chunk_rows = 0) {
   const auto d = test::tiny_dims();
   const int B = 3, T = 10;
-  model::Gpt2 m(d, cpu_ops(), B, T);
+  const auto m_owned = model::make_model(d, cpu_ops(), B, T);
+  auto& m = *m_owned;
   m.set_head_chunking(head_chunk_rows);
   std::vector<float> p;
   model::init_params(p, m.layout(), d, 5);

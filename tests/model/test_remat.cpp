@@ -166,10 +166,10 @@ ActFloats act_floats(const config::ModelDims& d, size_t max_B) {
   // fch (N,2F), fch_act (N,F)
   const size_t shared =
       N * C + N + (d.qk_norm ? N * QKV + N * heads : 0) + N * QKV + N * A + lse + N * C + N * C + N + 2 * N * F + N * F;
-  // residual3 per layer; encoded, ln_f (+rstd), scratch_btc, scratch_bta, dresidual, dfch, dact, dqkv,
-  // dqkv_raw (Qwen3)
-  const size_t rest =
-      L * N * C + N * C + (N * C + N) + N * C + N * A + N * C + 2 * N * F + N * F + N * QKV + (d.qk_norm ? N * QKV : 0);
+  // residual3 per layer; encoded, ln_f (+rstd), scratch_btc, scratch_bta (d atty: scratch_btc itself when A = C),
+  // dresidual, dfch, dact, dqkv, dqkv_raw (Qwen3)
+  const size_t rest = L * N * C + N * C + (N * C + N) + N * C + (A == C ? 0 : N * A) + N * C + 2 * N * F + N * F +
+                      N * QKV + (d.qk_norm ? N * QKV : 0);
   return {shared, rest};
 }
 

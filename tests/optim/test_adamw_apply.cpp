@@ -21,7 +21,8 @@ config::ModelDims dims() {
 }
 
 struct UpdateFixture {
-  model::Gpt2 m{dims(), cpu_ops(), 1, 4};
+  std::unique_ptr<model::Model> m_owned = model::make_model(dims(), cpu_ops(), 1, 4);
+  model::Model& m = *m_owned;
   std::vector<float> p0, g;
   UpdateFixture(float loss_sum, float weight_sum) {
     model::init_params(p0, m.layout(), dims(), 3);

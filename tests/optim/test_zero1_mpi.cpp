@@ -37,7 +37,8 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // One optimizer and its model; stage 0 or 1.
 struct Trainer {
-  model::Gpt2 m{dims(), cpu_ops(), 2, 8};
+  std::unique_ptr<model::Model> m_owned = model::make_model(dims(), cpu_ops(), 2, 8);
+  model::Model& m = *m_owned;
   optim::AdamW opt;
   Trainer(comm::Communicator& c, int stage) : opt(m, c, stage) {
     std::vector<float> p;

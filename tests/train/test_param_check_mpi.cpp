@@ -23,7 +23,8 @@ using test::rows_of_rank;
 TEST(ParamCheck, DataParallelStepsKeepParametersIdenticalOnEveryRank) {
   auto comm = comm::make_mpi_communicator();
   const auto d = dims();
-  model::Gpt2 m(d, cpu_ops(), 2, 8);
+  const auto m_owned = model::make_model(d, cpu_ops(), 2, 8);
+  auto& m = *m_owned;
   std::vector<float> p;
   model::init_params(p, m.layout(), d, 1);
   m.set_params_from_host(p);
