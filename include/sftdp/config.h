@@ -151,17 +151,28 @@ struct KeyChange {
 std::vector<KeyChange> resume_changes(const Config& now, const std::string& checkpoint_yaml,
                                       const std::string& checkpoint);
 
-// The batch factorisation for a given world size (SPEC §1).
+// The parallel layout of a run for a given world size, built once from the config (resolve_batch) and asked by
+// the trainer, the model's construction, the optimiser, the memory plan and --plan: the batch factorisation (SPEC
+// §1), the context-parallel groups and the ZeRO stage.
 struct BatchPlan {
   int64_t global_batch = 0;   // G rows per optimizer step
   int64_t micro_batch = 0;    // rows per data-parallel group per micro-step = G / (world / cp) / ga
   int64_t ga_steps = 1;
   int world_size = 1;
   int context_parallelism = 1;  // cp: ranks per group, each holding 1/cp of every row's positions
+  int zero_stage = 0;           // 0 | 1 | 2 | 3
   int data_parallel() const { return world_size / context_parallelism; }
+  int64_t local_positions(int64_t T) const { return T / context_parallelism; }  // of each row, on each rank
 };
-// Throws UserError when context_parallelism does not divide the world or G / (world / cp) / ga is not a
-// whole number >= 1.
+// Throws UserError when context_parallelism is not valid for this world (context_parallelism_problem) or G /
+// (world / cp) / ga is not a whole number >= 1.
 BatchPlan resolve_batch(const Config& cfg, int world_size);
+// What is wrong with context_parallelism cp for rows of T positions over `world` ranks (world 0: not known yet),
+// as the text after "context_parallelism: "; "" when nothing is. The one statement of its limits: cp >= 1, cp
+// divides the world (data-parallel groups of cp ranks), T divisible by 2·cp (two chunks per rank).
+std::string context_parallelism_problem(int64_t cp, int64_t T, int world);
+// The ZeRO stage the model itself is built with (model::make_model): 2 and 3 give it a residency; at 0 and 1 it
+// keeps its full buffers (stage 1 shards only the optimiser's moments).
+inline int model_zero_stage(int zero_stage) { return zero_stage >= 2 ? zero_stage : 0; }
 
 }  // namespace sftdp::config

@@ -9,13 +9,22 @@
 
 namespace sftdp::config {
 
+std::string context_parallelism_problem(int64_t cp, int64_t T, int world) {
+  if (cp < 1) return "must be >= 1, got " + std::to_string(cp);
+  if (world > 0 && world % cp != 0)
+    return std::to_string(cp) + " does not divide the " + std::to_string(world) +
+           " ranks (the world is data-parallel groups of context_parallelism ranks)";
+  if (cp > 1 && T % (2 * cp) != 0)
+    return std::to_string(cp) + " needs max_target_length divisible by " + std::to_string(2 * cp) +
+           " (2 chunks per rank), got " + std::to_string(T);
+  return "";
+}
+
 BatchPlan resolve_batch(const Config& cfg, int world) {
   SFTDP_ASSERT(world >= 1, "world size must be >= 1");
   const int64_t cp = cfg.context_parallelism;
-  if (cp < 1) throw UserError("context_parallelism: must be >= 1, got " + std::to_string(cp));
-  if (world % cp != 0)
-    throw UserError("context_parallelism: " + std::to_string(cp) + " does not divide the " + std::to_string(world) +
-                    " ranks (the world is data-parallel groups of context_parallelism ranks)");
+  if (const std::string problem = context_parallelism_problem(cp, cfg.max_target_length, world); !problem.empty())
+    throw UserError("context_parallelism: " + problem);
   // The rows are the data-parallel groups' (every rank of a group holds the same rows); below, the
   // world is that number of groups.
   const int world_size = static_cast<int>(world / cp);
@@ -37,6 +46,7 @@ BatchPlan resolve_batch(const Config& cfg, int world) {
   plan.world_size = world;
   plan.context_parallelism = static_cast<int>(cp);
   plan.ga_steps = ga;
+  plan.zero_stage = static_cast<int>(cfg.zero_stage);
   if (has_per_device) {
     if (cfg.per_device_batch_size < 1)
       throw UserError("per_device_batch_size: must be >= 1, got " +

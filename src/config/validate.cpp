@@ -90,11 +90,10 @@ void validate_batch(const Config& cfg) {
   if (!has_global && !has_per_device)
     fail("global_batch_size", "not set (give global_batch_size or per_device_batch_size)");
   require_at_least("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1);
-  require_at_least("context_parallelism", cfg.context_parallelism, 1);
-  if (cfg.context_parallelism > 1 && cfg.max_target_length % (2 * cfg.context_parallelism) != 0)
-    fail("context_parallelism", std::to_string(cfg.context_parallelism) + " needs max_target_length divisible by " +
-                                    std::to_string(2 * cfg.context_parallelism) + " (2 chunks per rank), got " +
-                                    std::to_string(cfg.max_target_length));
+  // the world is not known here: resolve_batch checks that cp divides it
+  if (const std::string problem = context_parallelism_problem(cfg.context_parallelism, cfg.max_target_length, 0);
+      !problem.empty())
+    fail("context_parallelism", problem);
   require_at_least("max_target_length", cfg.max_target_length, 1);
 }
 

@@ -4,17 +4,13 @@
 #include <string>
 
 #include "sftdp/check.h"
+#include "sftdp/config.h"
 
 namespace sftdp::model {
 
 ContextSplit context_split(int T, int world, int rank, int n) {
-  if (n < 1) throw UserError("context_parallelism: must be >= 1, got " + std::to_string(n));
-  if (world % n != 0)
-    throw UserError("context_parallelism: " + std::to_string(n) + " does not divide the " + std::to_string(world) +
-                    " ranks (the world is data-parallel groups of context_parallelism ranks)");
-  if (T % (2 * n) != 0)
-    throw UserError("context_parallelism: " + std::to_string(n) + " needs max_target_length divisible by " +
-                    std::to_string(2 * n) + " (2 chunks per rank), got " + std::to_string(T));
+  if (const std::string problem = config::context_parallelism_problem(n, T, world); !problem.empty())
+    throw UserError("context_parallelism: " + problem);
   SFTDP_ASSERT(rank >= 0 && rank < world, "context_split: rank outside the world");
   ContextSplit s;
   s.n = n, s.group = rank / n, s.index = rank % n, s.T = T;

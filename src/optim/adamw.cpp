@@ -11,6 +11,7 @@
 #include "model/graph_cache.h"
 #include "optim/zero_units.h"
 #include "sftdp/check.h"
+#include "sftdp/config.h"
 #include "sftdp/optim.h"
 
 namespace sftdp::optim {
@@ -27,7 +28,7 @@ AdamW::AdamW(model::Model& model, comm::Communicator& comm, int zero_stage)
       sharded_(zero_stage == 1 && comm.world() > 1 && !model.bf16_weights()),
       zero_stage_(zero_stage) {
   SFTDP_ASSERT(zero_stage >= 0 && zero_stage <= 3, "zero_stage must be 0..3");
-  SFTDP_ASSERT(model.zero_stage() == (zero_stage >= 2 ? zero_stage : 0),
+  SFTDP_ASSERT(model.zero_stage() == config::model_zero_stage(zero_stage),
                "AdamW: the model was made for another zero_stage");
   const auto& lay = model_.trainable_layout();
   // Stage 1 with bf16 weights keeps the fp32 masters in ZeroUnits's shard too (the model has none).

@@ -92,7 +92,7 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
   const int B = choice.micro_batch;
   const int T_full = T;
   T /= choice.context_parallelism;  // the positions this rank holds (model/context_split.h)
-  const int model_stage = choice.zero_stage >= 2 ? choice.zero_stage : 0;  // as the trainer makes the model
+  const int model_stage = config::model_zero_stage(choice.zero_stage);  // as the trainer makes the model
   const bool bf16w = bf16_weights(bf16_weight_dtype, gpu, choice.zero_stage, lora);
   const auto f = model::footprint(d, ops, B, T, choice.remat, bf16_activations, lora, model_stage, bf16w);
   MemoryPlan p;

@@ -145,7 +145,7 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
     log::info("context parallelism: %d rank(s) = %d data-parallel group(s) x context_parallelism %d; each rank holds "
               "%d of every row's %d positions (chunks i and 2n-1-i of 2n), the group's keys and values all-gathered "
               "per layer (%.3f MiB of buffers); the batch above counts groups",
-              plan.world_size, plan.data_parallel(), plan.context_parallelism, in.T / plan.context_parallelism, in.T,
+              plan.world_size, plan.data_parallel(), plan.context_parallelism, static_cast<int>(plan.local_positions(in.T)), in.T,
               model::context_parallel_bytes(in.dims, static_cast<int>(plan.micro_batch), in.T, plan.context_parallelism) /
                   1048576.0);
   if (const std::string note = config::hf_model_note(cfg); !note.empty()) {
@@ -307,11 +307,12 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   // then hold only the adapters (model.trainable_layout()). ZeRO-2/3: the model holds no full
   // gradient buffer (3: no full parameters either); the optimiser's ZeroUnits holds the shards.
   // weight_dtype bfloat16 at 2 and 3: bf16 parameters, fp32 masters in the shard (train::bf16_weights).
-  const int zero_stage = static_cast<int>(cfg.zero_stage);
+  const int zero_stage = plan.zero_stage;
   const model::LoraSpec lora = model::lora_spec(cfg, in.dims);
   const auto model_ptr = model::make_model(
-      in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), in.T / plan.context_parallelism, cfg.remat, bf16_activations(cfg, in.dev.gpu),
-      lora, zero_stage >= 2 ? zero_stage : 0, bf16_weights(cfg.weight_dtype == "bfloat16", in.dev.gpu, zero_stage, lora));
+      in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), static_cast<int>(plan.local_positions(in.T)), cfg.remat,
+      bf16_activations(cfg, in.dev.gpu),
+      lora, config::model_zero_stage(zero_stage), bf16_weights(cfg.weight_dtype == "bfloat16", in.dev.gpu, zero_stage, lora));
   model::Model& model = *model_ptr;
   // Context parallelism (SPEC §1): groups of adjacent ranks, each rank two chunks of every row.
   std::unique_ptr<comm::Group> context_group;

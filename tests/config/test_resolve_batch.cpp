@@ -94,5 +94,36 @@ TEST(ResolveBatch, AgreesWithAParsedConfig) {
   EXPECT_EQ(plan.micro_batch, 8);
 }
 
+// The plan is the one place the run's parallel layout is stated: the ZeRO stage rides along, the model's own stage
+// follows from it (2 and 3 give the model a residency, 0 and 1 keep its full buffers), and each rank's share of a
+// row's positions is T / context_parallelism.
+TEST(ResolveBatch, CarriesTheZeroStageAndTheContextParallelLayout) {
+  Config cfg = with_batch(8, -1, 1);
+  cfg.context_parallelism = 2, cfg.max_target_length = 64, cfg.zero_stage = 3;
+  const BatchPlan plan = resolve_batch(cfg, 4);
+  EXPECT_EQ(plan.zero_stage, 3);
+  EXPECT_EQ(plan.data_parallel(), 2);
+  EXPECT_EQ(plan.micro_batch, 4);
+  EXPECT_EQ(plan.local_positions(64), 32);
+  const int model_stage[] = {0, 0, 2, 3};
+  for (int stage = 0; stage <= 3; ++stage) EXPECT_EQ(model_zero_stage(stage), model_stage[stage]) << stage;
+}
+
+// context_parallelism's limits are stated once (context_parallelism_problem): the config check (world unknown),
+// the plan (world known) and the model's split say the same words.
+TEST(ResolveBatch, ContextParallelLimitsAreOneStatement) {
+  EXPECT_EQ(context_parallelism_problem(1, 7, 3), "");
+  EXPECT_EQ(context_parallelism_problem(2, 64, 4), "");
+  EXPECT_EQ(context_parallelism_problem(0, 64, 4), "must be >= 1, got 0");
+  EXPECT_EQ(context_parallelism_problem(3, 64, 4),
+            "3 does not divide the 4 ranks (the world is data-parallel groups of context_parallelism ranks)");
+  EXPECT_EQ(context_parallelism_problem(3, 64, 0),
+            "3 needs max_target_length divisible by 6 (2 chunks per rank), got 64");
+  Config cfg = with_batch(8, -1, 1);
+  cfg.context_parallelism = 3, cfg.max_target_length = 64;
+  EXPECT_EQ(batch_error(cfg, 6), "context_parallelism: 3 needs max_target_length divisible by 6 (2 chunks per rank), got 64");
+  EXPECT_EQ(batch_error(cfg, 4), "context_parallelism: " + context_parallelism_problem(3, 64, 4));
+}
+
 }  // namespace
 }  // namespace sftdp::config
