@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/gpu_cost.py — a cost model of one GPU optimizer step, from the device operations the code really
 queues: the CUDA simulator's record of one trainer step (bench/gpu_step_record.cpp in record mode,
-src/cudasim/record.h), each line given its FLOPs and the fewest bytes it must move through device memory
+cudasim/record.h), each line given its FLOPs and the fewest bytes it must move through device memory
 (every input read once, every output written once), then timed on an H100 SXM.
 
     python3 bench/gpu_cost.py                      # record and cost gpt2-124m B=8 T=1024, qwen3-0.6b B=4 T=4096

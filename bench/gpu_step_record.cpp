@@ -2,7 +2,7 @@
 // (src/train/trainer.cpp: zero_grads, forward_backward, the gradient allreduce over NCCL, AdamW's apply,
 // synchronize), for the cost model (bench/gpu_cost.py) in two modes that describe the same step:
 // - record (CUDA simulator build): between the record marks "step begin" and "step end" of the simulator's
-//   record mode (src/cudasim/record.h), every device operation the step queues, which gpu_cost.py costs;
+//   record mode (cudasim/record.h), every device operation the step queues, which gpu_cost.py costs;
 //     SFTDP_SIM_RECORD=step.jsonl [SFTDP_SIM_RECORD_ONLY=1] [SFTDP_SIM_DEVICE_MEMORY=80G]
 //       gpu_step_record model_name=gpt2-124m global_batch_size=8 max_target_length=1024 dtype=bfloat16
 // - profile (any CUDA build, the simulator's included): with SFTDP_GPU_PROFILE=<path>, the step inside a

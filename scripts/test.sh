@@ -3,7 +3,7 @@
 # same suite under ASan + UBSan (scripts/test_sanitizers.sh) and a bounded fuzz run of every
 # parser of user input (scripts/fuzz.sh). Both use ONE sanitized build (clang, with the libFuzzer
 # targets: ${SFTDP_ASAN_BUILD_DIR:-build-asan}), so the sources are compiled twice, not three times.
-# That sanitized build is also the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim): its suite
+# That sanitized build is also the CUDA simulator build (SFTDP_CUDA_SIM, cudasim): its suite
 # runs every GPU test on simulated GPUs, none skipped; the first (nvcc) build compiles the CUDA
 # sources for real and its GPU tests skip without a device. Extra arguments go to both ctest runs
 # (e.g. -L gpu). Fresh clone on a quiet 2-core machine, 2026-12-06 (act16 kernels, graphs; before

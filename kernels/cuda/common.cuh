@@ -24,7 +24,7 @@
 #endif
 
 // kernel<<<grid, block, smem, stream>>>(args...), written so that a host compiler can build it too:
-// exactly that launch under nvcc; in the CUDA simulator build (SFTDP_CUDA_SIM, src/cudasim) the
+// exactly that launch under nvcc; in the CUDA simulator build (SFTDP_CUDA_SIM, cudasim) the
 // simulator's launch, which runs the same kernel source on the CPU under CUDA's execution model.
 // Either way inside a profile window (profile.cuh) the launch is timed on the device, tagged with the
 // kernel's name as written here and its file:line, as the simulator's record tags it.

@@ -2,7 +2,7 @@
 // SFTDP_GPU_PROFILE=<path> set, a program opens a window (begin .. end) around the work it wants
 // measured, and every operation queued meanwhile — kernel launches (SFTDP_LAUNCH), cuBLASLt matmuls,
 // memsets, copies, NCCL collectives — is bracketed by a pair of cudaEvents on its stream and tagged
-// as the CUDA simulator's record tags it (src/cudasim/record.h: op, name as written at the launch,
+// as the CUDA simulator's record tags it (cudasim/record.h: op, name as written at the launch,
 // file:line), with the host's clock when it was queued and how long the queueing call took. end()
 // synchronises, reads the events and appends one JSON line per operation to <path> ("%r": the
 // launcher's rank), between a header line (the device, the window's own fields) and a footer line

@@ -2,7 +2,7 @@
 // bf16 in, fp32 accumulate), ldmatrix (x1/x2/x4, .trans), cp.async (16 bytes, zero-fill, commit and
 // wait groups), bf16 pairs, and dynamic shared memory. Under nvcc each is one inline PTX instruction
 // (PTX ISA: mma, ldmatrix, cp.async); in the CUDA simulator build the simulator's own implementation
-// of the same instruction (src/cudasim/tensor_core.h), which gathers the warp's fragments by the
+// of the same instruction (cudasim/tensor_core.h), which gathers the warp's fragments by the
 // ISA's lane tables and lets an un-waited cp.async read stale shared memory.
 // Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", groupID g = lane/4, t = lane%4):
 //   A 16x16 row-major: 4 registers a[0..3] of bf16 pairs: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)

@@ -6,7 +6,7 @@
 // and deals them out in a stride loop; for_each_row_by_warp() gives each warp of the grid its rows. Every
 // element keeps its own arithmetic and one writer, so results are the scalar kernels' bits whatever the
 // split or the grid. In the simulator build every vector access checks its alignment as a GPU does: a
-// misaligned one fails the launch with cudaErrorMisalignedAddress (src/cudasim/launch.h).
+// misaligned one fails the launch with cudaErrorMisalignedAddress (cudasim/launch.h).
 #pragma once
 #include <cuda_bf16.h>
 

@@ -1,5 +1,5 @@
 // tests/cudasim/test_cuda_sim_atomics.cpp — the simulator's 32-bit integer atomics and fences
-// (src/cudasim/device.h) against the CUDA Programming Guide's definitions: atomicAdd, atomicInc and
+// (cudasim/device.h) against the CUDA Programming Guide's definitions: atomicAdd, atomicInc and
 // atomicExch return the word they read and store old + val, (old >= val) ? 0 : old + 1, and val; a counter
 // every thread of a grid increments ends at the thread count in every schedule; the "last block finishes"
 // reduction (partials, __threadfence, a blocks-done counter that atomicInc brings back to 0) gives the same

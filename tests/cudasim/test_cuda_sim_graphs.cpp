@@ -1,4 +1,4 @@
-// tests/cudasim/test_cuda_sim_graphs.cpp — stream capture and CUDA graphs in the simulator (src/cudasim/
+// tests/cudasim/test_cuda_sim_graphs.cpp — stream capture and CUDA graphs in the simulator (cudasim/
 // capture.h), as the CUDA Programming Guide and the runtime API describe them: a captured sequence (memset,
 // kernels, a device-to-device copy, a cuBLASLt matmul, a branch forked to a second stream and joined back by
 // events) runs nothing while captured, and its replay equals the eager run bitwise and runs again at each

@@ -1,4 +1,4 @@
-// tests/cudasim/test_cuda_sim_record.cpp — record mode (src/cudasim/record.h): a known sequence of device
+// tests/cudasim/test_cuda_sim_record.cpp — record mode (cudasim/record.h): a known sequence of device
 // operations (two kernel launches, a host-to-device copy, a memset, a cuBLASLt matmul, an NCCL allreduce
 // on one rank, a device-to-host copy, the program's marks) gives exactly the expected JSON lines, with
 // the kernels' argument types as declared, pointers as the allocation they point into and in queueing

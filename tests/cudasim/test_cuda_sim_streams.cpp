@@ -71,7 +71,7 @@ TEST_F(SimStreams, MissingEventWaitReadsStaleDataIsReportedAndTheWaitFixesIt) {
   EXPECT_EQ(cudaStreamDestroy(other), cudaSuccess);
 }
 
-// ---- streamcheck (src/cudasim/stream_order.h): what orders two streams' accesses ----
+// ---- streamcheck (cudasim/stream_order.h): what orders two streams' accesses ----
 
 TEST_F(SimStreams, StreamcheckTakesHostSynchronisationAndDisjointRangesAsOrderedOrApart) {
   cudaStream_t other = nullptr;

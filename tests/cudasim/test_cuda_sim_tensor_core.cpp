@@ -25,7 +25,7 @@ namespace {
 
 using cuda::tc::pack_bf16x2;
 
-// ---- the ISA's tables, written out independently of src/cudasim (groupID g, threadID_in_group t) ----
+// ---- the ISA's tables, written out independently of cudasim (groupID g, threadID_in_group t) ----
 struct RowCol {
   int row, col;
 };
@@ -78,7 +78,7 @@ __global__ void c_layout_kernel(float* out, const float* C) {
 // placed 3 rows apart in a 24-row buffer (rows need not be contiguous): row r of matrix j holds
 // j·64 + r·8 + c in column c. out[lane·4 + j] = register j of the lane. (Dynamic, not a static
 // __shared__ array: gcc ignores the section attribute of statics in function templates, see
-// src/cudasim/README.md.)
+// cudasim/README.md.)
 template <int kNum, bool kTrans>
 __global__ void ldmatrix_kernel(uint32_t* out) {
   SFTDP_DYNAMIC_SHARED(uint16_t, s);

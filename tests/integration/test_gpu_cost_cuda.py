@@ -1,4 +1,4 @@
-"""The GPU cost model (bench/gpu_cost.py) on the CUDA simulator's records (src/cudasim/record.h) of one
+"""The GPU cost model (bench/gpu_cost.py) on the CUDA simulator's records (cudasim/record.h) of one
 trainer step (bench/gpu_step_record.cpp):
 - in every build: every kernel launched in kernels/cuda (SFTDP_LAUNCH) has a formula, whose parameters are
   the kernel's own, by name and in order (a new or changed kernel cannot be costed by a stale formula, or at

@@ -83,7 +83,7 @@ def test_spec_and_reference_defaults_agree(keys, spec_table, reference):
 
 def test_cited_sections_exist(spec):
     cited = set()
-    for top in ("src", "include", "kernels", "tests", "scripts", "bench"):
+    for top in ("src", "include", "kernels", "cudasim", "tests", "scripts", "bench"):
         for root, _, files in os.walk(os.path.join(SOURCE, top)):
             for name in files:
                 if name.endswith((".cpp", ".h", ".cu", ".cuh", ".py", ".sh", ".md")):

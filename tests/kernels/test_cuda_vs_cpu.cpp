@@ -320,7 +320,7 @@ TEST_P(CudaAdamW, UpdateAndSumSquaresMatchCpu) {
   // m = b1·m + (1 − b1)·g cancels where the two terms nearly meet: whether a compiler fuses it into
   // an FMA (the CPU twin under -march=native, nvcc's default --fmad=true) or rounds both products
   // moves the result by up to an ulp of the terms, not of m. Found by the CUDA simulator, which
-  // rounds every product (src/cudasim/README.md).
+  // rounds every product (cudasim/README.md).
   EXPECT_TRUE(close_each(
       got[2], m,
       [&](size_t i) { return 4 * 0x1p-24 * (std::fabs(b1 * m0[i]) + std::fabs((1 - b1) * grads[i] * grad_scale)); },

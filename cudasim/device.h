@@ -1,10 +1,10 @@
-// src/cudasim/device.h — what nvcc gives device code, for the CUDA simulator build (SFTDP_CUDA_SIM):
+// cudasim/device.h — what nvcc gives device code, for the CUDA simulator build (SFTDP_CUDA_SIM):
 // force-included (-include) before every .cu file, which is then compiled as host C++ with its maths
 // unchanged. Types and runtime declarations come from NVIDIA's own headers; this file adds what they
 // leave out of a host compile: the CUDA keywords, threadIdx/blockIdx/blockDim/gridDim, __syncthreads,
 // the warp shuffles and votes, the device maths the kernels use (CUDA's rounding, no fast-math), the 32-bit
 // integer atomics and the fences, and the launch that SFTDP_LAUNCH (kernels/cuda/common.cuh) becomes.
-// Semantics: src/cudasim/README.md.
+// Semantics: cudasim/README.md.
 #pragma once
 
 // __shared__ storage is one per block: the simulator runs one block at a time (block_runner.cpp) and

@@ -1,4 +1,4 @@
-// src/cudasim/runtime.h — the simulator's process-wide state, shared by its parts: settings from the
+// cudasim/runtime.h — the simulator's process-wide state, shared by its parts: settings from the
 // environment, the simulated devices (count, PCI bus ids, memory budgets, sticky errors), the calling
 // host thread's current device and last error, stream handles, and the reports of failed checks.
 #pragma once

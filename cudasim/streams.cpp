@@ -1,4 +1,4 @@
-// src/cudasim/streams.cpp — stream queues and their workers (see streams.h).
+// cudasim/streams.cpp — stream queues and their workers (see streams.h).
 #include "cudasim/streams.h"
 
 #include <signal.h>

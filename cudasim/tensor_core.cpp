@@ -1,4 +1,4 @@
-// src/cudasim/tensor_core.cpp — the arithmetic of the warp-level matrix instructions (tensor_core.h),
+// cudasim/tensor_core.cpp — the arithmetic of the warp-level matrix instructions (tensor_core.h),
 // written from the PTX ISA's fragment tables ("Matrix Fragments for mma.m16n8k16 with floating point
 // type"; ldmatrix's "Figure: ldmatrix fragment"), with groupID = laneid >> 2 and
 // threadID_in_group = laneid % 4:

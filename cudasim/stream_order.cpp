@@ -1,4 +1,4 @@
-// src/cudasim/stream_order.cpp — streamcheck (see stream_order.h).
+// cudasim/stream_order.cpp — streamcheck (see stream_order.h).
 #include "cudasim/stream_order.h"
 
 #include <algorithm>

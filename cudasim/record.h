@@ -1,4 +1,4 @@
-// src/cudasim/record.h — record mode: with SFTDP_SIM_RECORD=<path> the simulator appends one JSON line per
+// cudasim/record.h — record mode: with SFTDP_SIM_RECORD=<path> the simulator appends one JSON line per
 // device operation to <path>, in the order the host queued them (so each stream's lines are in its
 // execution order): kernel launches (name as written at the launch, file:line, grid, block, dynamic shared
 // memory, every argument with its C++ type: scalars by value, pointers as the allocation they point into),

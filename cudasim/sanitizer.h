@@ -1,4 +1,4 @@
-// src/cudasim/sanitizer.h — the AddressSanitizer hooks the simulator uses when it is built with ASan
+// cudasim/sanitizer.h — the AddressSanitizer hooks the simulator uses when it is built with ASan
 // (the sanitized CI build): poisoning of device-memory slack, and the fiber-switch annotations that
 // let ASan follow a simulated thread's stack. Without ASan every hook is a no-op.
 #pragma once

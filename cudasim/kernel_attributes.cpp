@@ -1,4 +1,4 @@
-// src/cudasim/kernel_attributes.cpp — cudaFuncSetAttribute, as far as kernels use it: the opt-in to
+// cudasim/kernel_attributes.cpp — cudaFuncSetAttribute, as far as kernels use it: the opt-in to
 // more than 48 KiB of dynamic shared memory per block (cudaFuncAttributeMaxDynamicSharedMemorySize, at
 // most the device's sharedMemPerBlockOptin, 227 KiB on sm_90), which launch.cpp checks every launch
 // against, and the shared-memory carveout preference (accepted; it changes nothing here).

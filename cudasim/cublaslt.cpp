@@ -1,4 +1,4 @@
-// src/cudasim/cublaslt.cpp — the cuBLASLt subset sft-dp uses, written from cuBLASLt's documentation
+// cudasim/cublaslt.cpp — the cuBLASLt subset sft-dp uses, written from cuBLASLt's documentation
 // (cublasLt.h's comments are its text): descriptors, layouts, preferences, the heuristic and
 // cublasLtMatmul, whose arithmetic is cublaslt_math.cpp's. Column-major D = alpha·op(A)·op(B) + beta·C
 // with leading dimensions and strided batches, then the epilogue (DEFAULT, BIAS, GELU, GELU_AUX,

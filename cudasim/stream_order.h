@@ -1,4 +1,4 @@
-// src/cudasim/stream_order.h — streamcheck: device memory touched by two streams with nothing ordering the two
+// cudasim/stream_order.h — streamcheck: device memory touched by two streams with nothing ordering the two
 // accesses (a race on a GPU, whatever order the simulator happened to run them in). Happens-before is tracked
 // with vector clocks, at the moment work is queued, from CUDA's own ordering rules: program order within a
 // stream; cudaStreamWaitEvent (the waiting stream is ordered after the event's record); the legacy stream's

@@ -1,4 +1,4 @@
-// src/cudasim/cublaslt_math.h — the arithmetic of one simulated cublasLtMatmul (cublaslt.cpp checks the
+// cudasim/cublaslt_math.h — the arithmetic of one simulated cublasLtMatmul (cublaslt.cpp checks the
 // call, queues it, and LtProduct::run does it): column-major D = epilogue(alpha·op(A)·op(B) + beta·C) per
 // batch entry, products and sums in fp32 over k in increasing order, the epilogue in fp32, one rounding to
 // D's type on store (bf16: to nearest even, as __float2bfloat16_rn). Also the table of the epilogues the

@@ -1,4 +1,4 @@
-// src/cudasim/runtime_api.cpp — the CUDA runtime entry points sft-dp uses, under their real names and
+// cudasim/runtime_api.cpp — the CUDA runtime entry points sft-dp uses, under their real names and
 // NVIDIA's own declarations (cuda_runtime_api.h), on the simulator's devices, memory and streams.
 // Semantics as CUDA documents them: asynchronous copies and memsets are queued like kernels and may
 // run after the call returns (host memory included: reading a device-to-host copy before

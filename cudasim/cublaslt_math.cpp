@@ -1,4 +1,4 @@
-// src/cudasim/cublaslt_math.cpp — the arithmetic of one simulated cublasLtMatmul (cublaslt_math.h): the
+// cudasim/cublaslt_math.cpp — the arithmetic of one simulated cublasLtMatmul (cublaslt_math.h): the
 // epilogue table with the documentation it follows, GELU as the project's kernel computes it, and the
 // product itself. Built with -ffp-contract=off (CMakeLists.txt): every product and sum rounds to fp32.
 #include "cudasim/cublaslt_math.h"

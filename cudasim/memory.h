@@ -1,4 +1,4 @@
-// src/cudasim/memory.h — the simulator's device memory (compute-sanitizer's memcheck, where cheap).
+// cudasim/memory.h — the simulator's device memory (compute-sanitizer's memcheck, where cheap).
 // Every cudaMalloc is its own mapping: a PROT_NONE guard page on each side, the data's end against
 // the trailing guard (rounded up to CUDA's 256-byte alignment), the rest of its pages "slack" filled
 // with 0xff and, under ASan, poisoned. The data starts as 0xff bytes too (NaN for floats and bf16,

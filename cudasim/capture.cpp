@@ -1,4 +1,4 @@
-// src/cudasim/capture.cpp — capture sequences, the one door of device work (queue_work) and the checks the
+// cudasim/capture.cpp — capture sequences, the one door of device work (queue_work) and the checks the
 // runtime's calls ask while streams capture (capture.h). The rules are the CUDA Programming Guide's ("Stream
 // Capture": cross-stream dependencies and events, prohibited and unhandled operations, invalidation) and
 // cudaThreadExchangeStreamCaptureMode's for the capture modes. One process-wide lock guards every capture;

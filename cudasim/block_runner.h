@@ -1,4 +1,4 @@
-// src/cudasim/block_runner.h — runs one kernel launch on the CPU under CUDA's execution model: every
+// cudasim/block_runner.h — runs one kernel launch on the CPU under CUDA's execution model: every
 // block, one after another; the threads of a block as fibers (Boost.Context), so __syncthreads is a
 // real barrier and the warp shuffles a real exchange among the lanes of a warp. Each launch runs under
 // settings().schedules thread schedules (1: lanes and blocks in order; 2: both reversed; 3+: seeded

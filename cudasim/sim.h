@@ -1,4 +1,4 @@
-// src/cudasim/sim.h — what the simulator offers beyond the CUDA API, for tests of the simulator and
+// cudasim/sim.h — what the simulator offers beyond the CUDA API, for tests of the simulator and
 // of planted bugs: the reports of failed checks, clearing a device's sticky error so that one test
 // binary can provoke several faults, and the number of thread schedules.
 #pragma once

@@ -1,4 +1,4 @@
-// src/cudasim/launch.h — the simulator's device-side entry points, as device.h uses them: the per-OS-
+// cudasim/launch.h — the simulator's device-side entry points, as device.h uses them: the per-OS-
 // thread pointers behind the built-in variables, the block barrier, the warp exchange, and launch(),
 // which SFTDP_LAUNCH(kernel, grid, block, smem, stream, args...) becomes in the sim build. A launch is
 // checked as CUDA checks it (errors through cudaGetLastError), its pointer arguments must be device

@@ -1,4 +1,4 @@
-// src/cudasim/memory.cpp — device allocations of the simulator (see memory.h): one mapping each,
+// cudasim/memory.cpp — device allocations of the simulator (see memory.h): one mapping each,
 // guard pages, 0xff fill, ASan-poisoned slack, a PROT_NONE quarantine for freed memory. Record-only mode
 // (record.h) fills the slack only: the data stays the OS's untouched zero pages until written.
 #include "cudasim/memory.h"

@@ -1,4 +1,4 @@
-// src/cudasim/launch.cpp — a kernel launch as the CUDA runtime takes it (launch.h): the configuration
+// cudasim/launch.cpp — a kernel launch as the CUDA runtime takes it (launch.h): the configuration
 // checked against Hopper's limits (cudaErrorInvalidConfiguration / cudaErrorInvalidValue, through
 // cudaGetLastError, nothing queued), every pointer argument checked to be null or device memory (a
 // host pointer is an error at the launch, naming the kernel and the argument), then the launch

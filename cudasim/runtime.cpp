@@ -1,4 +1,4 @@
-// src/cudasim/runtime.cpp — settings, devices, errors, stream handles and reports (runtime.h).
+// cudasim/runtime.cpp — settings, devices, errors, stream handles and reports (runtime.h).
 #include "cudasim/runtime.h"
 
 #include <unistd.h>

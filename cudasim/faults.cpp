@@ -1,4 +1,4 @@
-// src/cudasim/faults.cpp — a fault inside a simulated kernel names the kernel. A SIGSEGV/SIGBUS in a
+// cudasim/faults.cpp — a fault inside a simulated kernel names the kernel. A SIGSEGV/SIGBUS in a
 // guard page, the quarantine or any address while a kernel thread runs prints a memcheck report
 // (kernel, launch site, block, thread, the address against the nearest allocation) and then lets the
 // previous handler (ASan's, or the default: the process dies) handle the signal. Under ASan, whose own

@@ -1,4 +1,4 @@
-// src/cudasim/record.cpp — the record file of record mode (record.h): one JSON line per device operation,
+// cudasim/record.cpp — the record file of record mode (record.h): one JSON line per device operation,
 // written by the queueing host thread in one write(2) to a file opened O_APPEND (so lines of processes
 // sharing one file never mix), numbered by a process-wide sequence. A kernel's argument types come from
 // the compiler: the type name of launch()'s thread body (launch.h) names the kernel's parameter types.

@@ -1,4 +1,4 @@
-// src/cudasim/streams.h — CUDA streams and events in the simulator. Each stream is a queue with its
+// cudasim/streams.h — CUDA streams and events in the simulator. Each stream is a queue with its
 // own worker thread: ops run in order, independently of the host and of other streams. In the default
 // "lazy" mode an op runs only once the program's own synchronisation asks for it (cudaStreamSynchronize,
 // cudaEventQuery/Synchronize, cudaDeviceSynchronize, a cudaStreamWaitEvent that another released stream

@@ -1,4 +1,4 @@
-// src/cudasim/tensor_core.h — the warp-level matrix instructions and asynchronous copies of the PTX ISA
+// cudasim/tensor_core.h — the warp-level matrix instructions and asynchronous copies of the PTX ISA
 // that kernels/cuda/tensor_core.cuh issues as inline PTX under nvcc, as the simulator runs them:
 //   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32   (PTX ISA 9.7.14.5.8, "Matrix Fragments for
 //       mma.m16n8k16 with floating point type")
@@ -12,7 +12,7 @@
 // (tensor_core.cpp). cp.async is per thread: a copy reads its source when issued and lands in shared
 // memory only when the issuing thread's cp.async.wait_group / wait_all completes its group, so a
 // missing wait reads stale shared memory, as it may on a GPU (block_runner.cpp).
-// Semantics and what differs from hardware: src/cudasim/README.md.
+// Semantics and what differs from hardware: cudasim/README.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// src/cudasim/graph_api.cpp — the CUDA runtime's stream-capture and graph entry points, under their real
+// cudasim/graph_api.cpp — the CUDA runtime's stream-capture and graph entry points, under their real
 // names and CUDA 13's declarations (cuda_runtime_api.h), on capture.h: cudaStreamBeginCapture,
 // cudaStreamEndCapture, cudaStreamIsCapturing, cudaStreamGetCaptureInfo (status, id, graph and the number of
 // dependencies; the node arrays are cudaErrorNotSupported), cudaThreadExchangeStreamCaptureMode,

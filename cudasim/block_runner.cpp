@@ -1,4 +1,4 @@
-// src/cudasim/block_runner.cpp — blocks, threads as fibers, barriers, warp exchanges and the
+// cudasim/block_runner.cpp — blocks, threads as fibers, barriers, warp exchanges and the
 // schedule comparison (see block_runner.h). A simulated thread runs until it reaches a sync point
 // (__syncthreads, a shuffle/vote/__syncwarp) or returns; the scheduler resumes runnable threads in
 // the schedule's order, completes a warp operation once every lane of its mask has arrived, and

@@ -1,4 +1,4 @@
-// src/cudasim/capture.h — stream capture and CUDA graphs in the simulator, as the CUDA Programming Guide's
+// cudasim/capture.h — stream capture and CUDA graphs in the simulator, as the CUDA Programming Guide's
 // "Stream Capture" section and the runtime API describe them. Every piece of device work (kernel, copy,
 // memset, cuBLASLt matmul, NCCL collective) enters through queue_work(): on a stream that is not capturing
 // it is recorded (record.h) and queued; on a capturing stream it becomes a node of the capture's graph and

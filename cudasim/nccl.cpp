@@ -1,4 +1,4 @@
-// src/cudasim/nccl.cpp — the NCCL subset sft-dp uses, written from NCCL's documented semantics, between
+// cudasim/nccl.cpp — the NCCL subset sft-dp uses, written from NCCL's documented semantics, between
 // the ranks of an mpirun: communicators over MPI_COMM_WORLD (every rank calls ncclCommInitRank, as one
 // communicator over the job; NCCL's own "Duplicate GPU" refusal when two ranks of one host share a
 // device; ncclCommSplit's sub-communicators of them), and AllReduce, ReduceScatter, AllGather, Broadcast, Reduce queued on their CUDA stream like
