@@ -761,7 +761,8 @@ void run_kernel(const KernelLaunch& l, const std::vector<Allocation>& regions, i
       return;
     }
   }
-  for (size_t i = 0; i < regions.size(); ++i) order::kernel_writes(regions[i], start[i].data());
+  if (order::enabled())
+    for (size_t i = 0; i < regions.size(); ++i) order::kernel_writes(regions[i], start[i].data());
 }
 
 std::string running_thread_description() {

@@ -8,6 +8,7 @@
 // dlogits rounded once), then one block adds both row sums (two launches in all).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cross_entropy.h"
@@ -17,6 +18,9 @@ namespace sftdp::cuda {
 namespace {
 
 constexpr int kBlock = 512;
+// A row's block is no wider than the row: a vocabulary below kBlock gets one thread per logit (rounded up to
+// whole warps) instead of kBlock threads of which most find nothing to do and still join every reduction step.
+unsigned row_block(int V) { return static_cast<unsigned>(std::min(kBlock, (V + kWarp - 1) / kWarp * kWarp)); }
 
 // Running (max, Σ exp(x − max)) of a set of logits; s == 0 means the empty set.
 struct MaxSum {
@@ -138,7 +142,7 @@ void cross_entropy_fwd_bwd(float* sums, float* dlogits, const float* logits, con
   if (N == 0) return;
   double* row_loss = scratch_as<double>(Scratch::kCrossEntropyRows, 2 * static_cast<size_t>(N));
   double* row_weight = row_loss + N;
-  SFTDP_LAUNCH(cross_entropy_rows_kernel<float>, static_cast<unsigned>(N), kBlock, 0, stream, row_loss, row_weight,
+  SFTDP_LAUNCH(cross_entropy_rows_kernel<float>, static_cast<unsigned>(N), row_block(V), 0, stream, row_loss, row_weight,
                dlogits, logits, V, targets, weights, V);
   CHECK_LAUNCH();
   sum_into(sums + 0, row_loss, static_cast<size_t>(N), /*accumulate=*/true, stream);
@@ -155,7 +159,7 @@ void cross_entropy_fwd_bwd(float* sums, uint16_t* dlogits, const uint16_t* logit
   if (N == 0) return;
   double* row_loss = scratch_as<double>(Scratch::kCrossEntropyRows, 2 * static_cast<size_t>(N));
   double* row_weight = row_loss + N;
-  SFTDP_LAUNCH(cross_entropy_rows_kernel<__nv_bfloat16>, static_cast<unsigned>(N), kBlock, 0, stream, row_loss,
+  SFTDP_LAUNCH(cross_entropy_rows_kernel<__nv_bfloat16>, static_cast<unsigned>(N), row_block(V), 0, stream, row_loss,
                row_weight, reinterpret_cast<__nv_bfloat16*>(dlogits), reinterpret_cast<const __nv_bfloat16*>(logits),
                ld, targets, weights, V);
   CHECK_LAUNCH();

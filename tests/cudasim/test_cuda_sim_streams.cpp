@@ -274,6 +274,30 @@ TEST(SimPlant, ADroppedWaitIsAStreamcheckReport) {
   });
 }
 
+// SFTDP_SIM_STREAMCHECK=0 turns streamcheck off and nothing else: kernels still run, on one thread schedule too
+// (a launch once read the snapshot that neither streamcheck nor a second schedule takes then: a crash).
+TEST(SimStreamcheck, OffRunsEveryKernelAndReportsNoStreamOrder) {
+  expect_in_child("SFTDP_SIM_STREAMCHECK=0;SFTDP_SIM_SCHEDULES=1;SFTDP_SIM_PLANT=drop-wait-before:kernel copy_kernel", [] {
+    cudaStream_t producer = nullptr, consumer = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+    float *a = nullptr, *b = nullptr;
+    ASSERT_EQ(cudaMalloc(&a, 256), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&b, 256), cudaSuccess);
+    cudaEvent_t done = nullptr;
+    ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
+    SFTDP_LAUNCH(fill_kernel, 1, 32, 0, producer, a, 3.f, 64);
+    ASSERT_EQ(cudaEventRecord(done, producer), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(consumer, done, 0), cudaSuccess);  // planted: dropped
+    SFTDP_LAUNCH(copy_kernel, 1, 32, 0, consumer, b, a, 64);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(report_with({"streamcheck"}), "");
+    std::vector<float> h(64);
+    ASSERT_EQ(cudaMemcpy(h.data(), a, 256, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(h, std::vector<float>(64, 3.f));
+  });
+}
+
 TEST(SimDevices, BadSettingIsAnErrorLineWithExitTwo) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(

@@ -49,7 +49,7 @@ GPUS = {"SFTDP_SIM_DEVICES": "2"}
 ONE_SCHEDULE = ("gpt2_gpu_again", "gpt2_gpu_w2_zero1", "gpt2_gpu_w2_overlap", "llama_lora_gpu_w2_zero1",
                 "llama_lora_gpu_w2_overlap", "gpt2_gpu_bf16_w2", "llama_gpu_bf16_w2", "llama_gpu_remat", "resume",
                 "gpt2_gpu_w2_ga2", "llama_lora_gpu_w2_zero3", "llama_gpu_w4_zero3", "gpt2_gpu_bf16w_w2_ga2_zero2",
-                "llama_gpu_bf16w", "resume_bf16w", "gpt2_gpu_bf16w_w2_ga2_zero1")
+                "llama_gpu_bf16w", "resume_bf16w", "gpt2_gpu_bf16w_w2_ga2_zero1", "gpt2_gpu_bf16w_w2_ga2_zero3")
 
 
 def sim_env(name):
