@@ -679,7 +679,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 }
 
 // ---- launchers ------------------------------------------------------------------------------------
-// Shared memory past the (kTile, R) bf16 tiles, the same for every head size (bench/gpu_cost.py reads HS back from
+// Shared memory past the (kTile, R) bf16 tiles, the same for every head size (bench/cost_model reads HS back from
 // the total): forward: two stages of segment ids, the pair's row maxima, partial sums, l and P fragments; dK/dV: two
 // stages of lse, D and segment ids, the fragments; dQ: two stages of segment ids, the fragments.
 constexpr int kFwdExtraBytes = 2 * kTile * 4 + kWarps * 16 * 4 + kRowGroups * 2 * kWarp * 4 + kRowGroups * 16 * 4 +

@@ -59,7 +59,7 @@ def test_every_launched_kernel_has_a_formula_with_its_own_parameters():
         launched |= set(re.findall(r"SFTDP_LAUNCH\(\s*(\w+)", open(path).read()))  # template arguments left out
     assert launched, "no SFTDP_LAUNCH found in kernels/cuda"
     missing = sorted(launched - set(gpu_cost.KERNELS))
-    assert not missing, f"kernels without a formula in bench/gpu_cost.py KERNELS: {missing}"
+    assert not missing, f"kernels without a formula in bench/cost_model/kernels.py KERNELS: {missing}"
     sigs = kernel_signatures()
     for name, k in gpu_cost.KERNELS.items():
         if not os.path.exists(os.path.join(SOURCE, "kernels", "cuda", k.src)):
