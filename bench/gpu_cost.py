@@ -33,7 +33,7 @@ The model (each assumption is a constant below):
   the bias when fused); time at GEMM_EFFICIENCY of the peak for the input type (bf16: dense bf16 tensor
   cores; fp32: the fp32 CUDA-core peak, since CUBLAS_COMPUTE_32F never uses TF32).
 - Attention at its class's anchor: the tensor-core kernels (attention_tc_*) at FlashAttention-2's measured
-  rate, the CUDA-core kernels (attention.cu) at theirs, on the FLOPs each kernel executes (its own GEMMs over
+  rate, the CUDA-core kernels (attention/cuda_cores.cu) at theirs, on the FLOPs each kernel executes (its own GEMMs over
   the pairs it visits: recomputed products count, causal halves do not).
 - Every other kernel is memory-bound: bytes at BANDWIDTH_EFFICIENCY of HBM, FLOPs at the fp32 CUDA-core peak.
 - Each operation takes max(FLOP time, byte time) plus LAUNCH_US (kernels, GEMMs, memsets, device copies,

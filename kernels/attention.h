@@ -12,7 +12,7 @@
 // Σ dO·O; the CPU twin sums D from its own P and dP instead (kernels/cpu/attention.cpp says why).
 // Accumulation: out =, lse =; dqkv = (overwritten; a k/v head's gradient sums its NH/KVH query
 // heads in increasing h). Deterministic: no atomics, every sum in an order fixed by the shape.
-// dtype: bfloat16 (the cuda-bf16 Ops table): the tensor-core kernels (kernels/cuda/attention_tc.cu) for
+// dtype: bfloat16 (the cuda-bf16 Ops table): the tensor-core kernels (kernels/cuda/attention/tensor_cores.cu) for
 // head sizes 16..128 in steps of 16, after FlashAttention-2 with bf16 q, k, v, dO, P and dS as GEMM inputs
 // and fp32 accumulation; other head sizes keep the CUDA-core kernel on bf16-rounded inputs.
 // cpu::attention_{fwd,bwd}_bf16 compute the same, rounding for rounding (kernels/cpu/attention_bf16.cpp).
@@ -94,7 +94,7 @@ void attention_bwd(uint16_t* dqkv,                            // (B,T,QKV) bf16 
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
 #include <cuda_runtime.h>
 
-// The CUDA twins (kernels/cuda/attention.cu): same arguments, all pointers in device memory, plus
+// The CUDA twins (kernels/cuda/attention/cuda_cores.cu): same arguments, all pointers in device memory, plus
 // the stream they are queued on. Tiles of keys and values in shared memory, fp32 accumulation; they
 // match the sftdp::cpu twins within the tests' tolerance.
 namespace sftdp::cuda {
@@ -108,7 +108,7 @@ void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t*
                         int HS, cudaStream_t stream);
 void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
-// Context parallelism's twins (kernels/cuda/attention_cp.cu): on CUDA cores, the contracts of the CPU twins (fp32, and
+// Context parallelism's twins (kernels/cuda/attention/context_parallel.cu): on CUDA cores, the contracts of the CPU twins (fp32, and
 // the bf16 table's with q, k, v and dout rounded as read).
 void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
                       const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
@@ -122,7 +122,7 @@ void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float
 void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
                            const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
                            const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS, cudaStream_t stream);
-// The cuda-bf16 table's entries (kernels/cuda/attention_tc.cu): tensor cores where
+// The cuda-bf16 table's entries (kernels/cuda/attention/tensor_cores.cu): tensor cores where
 // attention_bf16::tensor_cores(HS), else attention_{fwd,bwd}_bf16 above. The lse is the forward's own
 // (natural log), for its own backward.
 void attention_tc_fwd(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,

@@ -36,7 +36,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_DIRS = ("kernels/cuda", "src/comm")
 # Files whose kernels run on tensor cores: their PTX must hold mma.sync.
-TENSOR_CORE_FILES = ("kernels/cuda/attention_tc.cu",)
+TENSOR_CORE_FILES = ("kernels/cuda/attention/tensor_cores.cu",)
 
 # The training path's memory-bound kernels (issue 34 item 3), each tied to its file: every instance's PTX
 # must move global memory in vectors (ld/st.global....v4 or .v2: 16- or 8-byte accesses, kernels/cuda/vec.cuh)
@@ -364,6 +364,22 @@ def kernel_definitions(src):
     return out
 
 
+def definitions_in(path, root, seen=None):
+    """kernel_definitions of a file and of the project headers it includes, recursively (a .cu whose kernels are
+    written in headers of its own: kernels/cuda/attention/tensor_cores.cu and its tc_*.cuh)."""
+    seen = set() if seen is None else seen
+    if path in seen:
+        return {}
+    seen.add(path)
+    with open(path) as f:
+        src = strip_comments(f.read())
+    out = {}
+    for inc in project_includes(src, root):
+        out.update(definitions_in(inc, root, seen))
+    out.update(kernel_definitions(src))
+    return out
+
+
 def project_includes(src, root):
     return [os.path.join(root, inc) for inc in re.findall(r'#include\s+"([^"]+)"', src)
             if os.path.exists(os.path.join(root, inc))]
@@ -517,7 +533,7 @@ def block_of(kernel_short, rel, root=ROOT):
         src = strip_comments(f.read())
     names, funcs = constants(os.path.join(root, rel), root)
     base, args = base_name(kernel_short), template_args(kernel_short)
-    params, bounds = kernel_definitions(src).get(base, ([], None))
+    params, bounds = definitions_in(os.path.join(root, rel), root).get(base, ([], None))
     sites = [l for l in launches(src) if base_name(l[0]) == base]
     bound = {}
     for name_list in [params] + [template_args(l[0]) for l in sites]:
@@ -600,11 +616,13 @@ def occupancy(regs, smem_static, block=None, smem_dynamic=0, gpu=SM90):
 
 # ---- the report ----------------------------------------------------------------------------------------
 def source_files(root=ROOT):
+    """Every .cu file under SOURCE_DIRS, subfolders included (kernels/cuda/attention/)."""
     out = []
     for d in SOURCE_DIRS:
-        full = os.path.join(root, d)
-        if os.path.isdir(full):
-            out += [f"{d}/{n}" for n in sorted(os.listdir(full)) if n.endswith(".cu")]
+        for at, dirs, names in sorted(os.walk(os.path.join(root, d))):
+            dirs.sort()
+            rel = os.path.relpath(at, root)
+            out += [f"{rel}/{n}" for n in sorted(names) if n.endswith(".cu")]
     return out
 
 

@@ -36,11 +36,11 @@ def tile_pairs(T, tile=64):  # visited (query tile, key tile) pairs of one (b, h
 
 def tc_head_size(smem, per_row_tiles, extra):
     """HS of an attention_tc launch from its dynamic shared memory: per_row_tiles·64·(HS + 8)·2 + extra bytes
-    (fwd_smem / dkv_smem / dq_smem of attention_tc.cu; the kernels' HS is a template argument)."""
+    (fwd_smem / dkv_smem / dq_smem of kernels/cuda/attention/tensor_cores.cu; the kernels' HS is a template argument)."""
     hs = (smem - extra) / (per_row_tiles * 64 * 2) - 8
     if hs != int(hs) or int(hs) % 16 or not 16 <= hs <= 128:
         raise SystemExit(f"gpu_cost: attention_tc shared memory {smem} gives head size {hs}: "
-                         "its formula no longer matches attention_tc.cu's *_smem()")
+                         "its formula no longer matches attention/tensor_cores.cu's *_smem()")
     return int(hs)
 
 
@@ -197,28 +197,28 @@ KERNELS = {
     # lora.cu
     "lora_dropout_kernel": K("lora.cu", "out inp rows index key_p p keep_scale T C N", "memory",
                              lambda a: 2 * a.N * a.C, lambda a: 8 * a.N * a.C + (0 if a.null("index") else 4 * a.N)),
-    # attention.cu, CUDA cores (fp32 math; the bf16 instances round q, k, v, dO as they read them; the act16 ones read
+    # attention/cuda_cores.cu, CUDA cores (fp32 math; the bf16 instances round q, k, v, dO as they read them; the act16 ones read
     # and write bf16: E bytes per element of q|k|v, dO, O and dqkv, from the recorded type). Per visible pair:
     # forward q·k and p·v (4·HS); dq: q·k, dO·v, ds·k (6·HS); dk/dv: q·k, dO·v, ds·q, p·dO (8·HS). Causal pairs
     # without segments; with segments (seg not null) fewer pairs are visible: an upper bound.
     "attention_fwd_kernel": K(
-        "attention.cu", "out lse qkv seg T NH KVH HS", "attention_cuda",
+        "attention/cuda_cores.cu", "out lse qkv seg T NH KVH HS", "attention_cuda",
         lambda a: 4 * a.HS * _attn_b(a, a.NH) * a.NH * causal_pairs(a.T),
         lambda a: _attn_b(a, a.NH) * a.T * (_elem(a.types["qkv"]) * (2 * a.NH + 2 * a.KVH) * a.HS + F4 * a.NH)),
     "attention_bwd_delta_kernel": K(
-        "attention.cu", "delta dout out B T NH HS", "attention_cuda",
+        "attention/cuda_cores.cu", "delta dout out B T NH HS", "attention_cuda",
         lambda a: 2 * a.B * a.NH * a.T * a.HS,
         lambda a: a.B * a.NH * a.T * (2 * _elem(a.types["dout"]) * a.HS + F4)),
     "attention_bwd_dq_kernel": K(
-        "attention.cu", "dqkv delta dout qkv lse seg T NH KVH HS", "attention_cuda",
+        "attention/cuda_cores.cu", "dqkv delta dout qkv lse seg T NH KVH HS", "attention_cuda",
         lambda a: 6 * a.HS * _attn_b(a, a.NH) * a.NH * causal_pairs(a.T),
         lambda a: _attn_b(a, a.NH) * a.T * (_elem(a.types["qkv"]) * (3 * a.NH + 2 * a.KVH) * a.HS + 2 * F4 * a.NH)),
     "attention_bwd_dkv_kernel": K(
-        "attention.cu", "dqkv delta dout qkv lse seg T NH KVH HS", "attention_cuda",
+        "attention/cuda_cores.cu", "dqkv delta dout qkv lse seg T NH KVH HS", "attention_cuda",
         lambda a: 8 * a.HS * _attn_b(a, a.KVH) * a.NH * causal_pairs(a.T),
         lambda a: _attn_b(a, a.KVH) * a.T * (_elem(a.types["qkv"]) * (2 * a.NH + 4 * a.KVH) * a.HS
                                              + 2 * F4 * a.NH)),
-    # attention_tc.cu, tensor cores on bf16 q|k|v and dO: the fp32 interface's copies (the casts are
+    # attention/tensor_cores.cu (kernels in tc_forward.cuh, tc_backward.cuh), tensor cores on bf16 q|k|v and dO: the fp32 interface's copies (the casts are
     # fp32_to_bf16_kernel lines) or act16's tensors themselves. Outputs fp32 (out, dqkv) or bf16 (out16, dqkv16,
     # act16), the other pointer null (_tc_out). Grid (tiles, heads, B); whole 64x64 tiles on and below the
     # diagonal are computed (tile_pairs): forward S = QKᵀ and O += PV (2 GEMMs), dK/dV: Sᵀ, dPᵀ, dV, dK (4), dQ: S,
@@ -226,22 +226,22 @@ KERNELS = {
     # kernel argument; its bytes past the tiles: kFwdExtraBytes, kDkvExtraBytes, kDqExtraBytes). With segments tiles
     # whose segment ranges do not meet are skipped: an upper bound then.
     "attention_tc_fwd_kernel": K(
-        "attention_tc.cu", "out out16 lse qkv seg ranges T NH KVH scale scale_log2", "attention_tc",
+        "attention/tc_forward.cuh", "out out16 lse qkv seg ranges T NH KVH scale scale_log2", "attention_tc",
         lambda a: 2 * 2 * 64 * 64 * tc_head_size(a.smem, 5, 10496) * a.grid[2] * a.NH * tile_pairs(a.T),
         lambda a: a.grid[2] * a.T * ((2 * (a.NH + 2 * a.KVH) + _tc_out(a, "out") * a.NH)
                                      * tc_head_size(a.smem, 5, 10496) + F4 * a.NH)),
     "attention_tc_bwd_dkv_kernel": K(
-        "attention_tc.cu", "dqkv dqkv16 qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
+        "attention/tc_backward.cuh", "dqkv dqkv16 qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
         lambda a: 4 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 9728) * a.grid[2] * a.NH * tile_pairs(a.T),
         lambda a: a.grid[2] * a.T * ((2 * (2 * a.NH + 2 * a.KVH) + 2 * _tc_out(a, "dqkv") * a.KVH)
                                      * tc_head_size(a.smem, 6, 9728) + 2 * F4 * a.NH)),
     "attention_tc_bwd_dq_kernel": K(
-        "attention_tc.cu", "dqkv dqkv16 qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
+        "attention/tc_backward.cuh", "dqkv dqkv16 qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
         lambda a: 3 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 8704) * a.grid[2] * a.NH * tile_pairs(a.T),
         lambda a: a.grid[2] * a.T * ((2 * (2 * a.NH + 2 * a.KVH) + _tc_out(a, "dqkv") * a.NH)
                                      * tc_head_size(a.smem, 6, 8704) + 2 * F4 * a.NH)),
     # D = Σ bf16(dO)·O per (b, t, h) row, O fp32 (the fp32 interface) or bf16 (act16)
-    "attention_tc_bwd_delta_kernel": K("attention_tc.cu", "delta dout out rows T NH HS", "attention_tc",
+    "attention_tc_bwd_delta_kernel": K("attention/tc_backward.cuh", "delta dout out rows T NH HS", "attention_tc",
                                        lambda a: 2 * a.rows * a.HS,
                                        lambda a: a.rows * ((2 + _elem(a.types["out"])) * a.HS + F4)),
     # kv_cache.cu (generation): kv_append copies n = Tq·KVH·HS floats of the new rows' k and v into the caches
@@ -253,21 +253,21 @@ KERNELS = {
         "kv_cache.cu", "out qkv k_cache v_cache p NH KVH HS scale", "attention_cuda",
         lambda a: 4 * a.HS * a.NH * ((a.grid[0] // a.NH) * a.p + causal_pairs(a.grid[0] // a.NH)),
         lambda a: F4 * ((a.p + a.grid[0] // a.NH) * 2 * a.KVH * a.HS + 2 * a.grid[0] * a.HS)),
-    # attention_cp.cu (context parallelism, issue 37): a rank's Tq query rows against Tk gathered keys. Block
+    # attention/context_parallel.cu (context parallelism, issue 37): a rank's Tq query rows against Tk gathered keys. Block
     # (b, t, h) of the forward and the dq pass, (b, key j, k/v head) of the dk/dv pass; under the load-balanced
     # layout a query row sees Tk/2 keys on average, and a key is seen by Tq/2 of the rank's rows. Per visible
     # (query, key, head): forward q·k and P·v (4·HS flops), dq pass q·k, dO·v and dS·k (6·HS), dk/dv pass dO·O,
     # q·k, dO·v, dS·q and P·dO (10·HS). Bytes: what must move at least once (each launch's q, dO, O and out
     # rows, the gathered k/v of its rows, lse).
-    "cp_fwd_kernel": K("attention_cp.cu", "out lse qkv kv qpos seg_q seg_k Tq Tk NH KVH HS scale", "attention_cuda",
+    "cp_fwd_kernel": K("attention/context_parallel.cu", "out lse qkv kv qpos seg_q seg_k Tq Tk NH KVH HS scale", "attention_cuda",
                        lambda a: 4 * a.HS * a.grid[0] * a.Tk // 2,
                        lambda a: F4 * (2 * a.grid[0] * a.HS + a.grid[0]
                                        + a.grid[0] // (a.Tq * a.NH) * a.Tk * 2 * a.KVH * a.HS)),
-    "cp_dq_kernel": K("attention_cp.cu", "dqkv dout qkv kv out lse qpos seg_q seg_k Tq Tk NH KVH HS scale",
+    "cp_dq_kernel": K("attention/context_parallel.cu", "dqkv dout qkv kv out lse qpos seg_q seg_k Tq Tk NH KVH HS scale",
                       "attention_cuda", lambda a: 6 * a.HS * a.grid[0] * a.Tk // 2,
                       lambda a: F4 * (4 * a.grid[0] * a.HS + a.grid[0]
                                       + a.grid[0] // (a.Tq * a.NH) * a.Tk * 2 * a.KVH * a.HS)),
-    "cp_dkv_kernel": K("attention_cp.cu", "dkv dout qkv kv out lse qpos seg_q seg_k Tq Tk NH KVH HS scale",
+    "cp_dkv_kernel": K("attention/context_parallel.cu", "dkv dout qkv kv out lse qpos seg_q seg_k Tq Tk NH KVH HS scale",
                        "attention_cuda", lambda a: 10 * a.HS * (a.NH // a.KVH) * a.grid[0] * a.Tq // 2,
                        lambda a: F4 * (a.grid[0] // (a.Tk * a.KVH) * (a.Tq * (3 * a.NH * a.HS + a.NH)
                                                                         + 2 * a.Tk * 2 * a.KVH * a.HS))),
@@ -275,6 +275,6 @@ KERNELS = {
     "copy_strided_rows_kernel": K("gather.cu", "out ldo oidx inp ldi iidx n C", "memory", lambda a: 0,
                                   lambda a: 2 * F4 * a.n * a.C
                                   + F4 * a.n * ((not a.null("oidx")) + (not a.null("iidx")))),
-    "attention_tc_segment_ranges_kernel": K("attention_tc.cu", "ranges seg T", "memory",
+    "attention_tc_segment_ranges_kernel": K("attention/tc_forward.cuh", "ranges seg T", "memory",
                                             lambda a: 0, lambda a: F4 * a.grid[1] * a.T + 8 * a.grid[0] * a.grid[1]),
 }

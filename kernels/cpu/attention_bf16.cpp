@@ -1,5 +1,5 @@
 // kernels/cpu/attention_bf16.cpp — the CPU twin of the bf16 table's attention (kernels/attention.h): for
-// head sizes on tensor cores, kernels/cuda/attention_tc.cu's arithmetic written as plain loops, rounding
+// head sizes on tensor cores, kernels/cuda/attention/tensor_cores.cu's arithmetic written as plain loops, rounding
 // for rounding, so that the two agree to fp32 accumulation order (they are bitwise equal on the CUDA
 // simulator). What it reproduces (Tt = 64, scale = 1/√HS, s2 = scale·log2 e, bf16() = round to nearest
 // even):
@@ -20,7 +20,7 @@
 // The act16 twins (cpu::act16::attention_{fwd,bwd}, kernels/act16.h): bf16 q|k|v, dO and O widened exactly, then on
 // tensor-core head sizes the same arithmetic (D = Σ dO·O from the stored bf16 O), out and dqkv rounded to bf16 once
 // from the fp32 values the fp32 interface would store; other head sizes: the CUDA-core kernels' formulas
-// (kernels/cuda/attention.cu) as plain fp32 loops, D from the stored bf16 values, outputs rounded once.
+// (kernels/cuda/attention/cuda_cores.cu) as plain fp32 loops, D from the stored bf16 values, outputs rounded once.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

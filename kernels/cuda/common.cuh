@@ -60,10 +60,10 @@ enum class Scratch : int {
   kGemmBias16,        // gemm.cu: bf16 copy of a bias that has no mirror (act16: a bf16 D's epilogue)
   kGemmEpilogue,      // gemm.cu: fp32 product of an act16 GEMM whose epilogue no algorithm takes
   kGemmBiasGrad,      // matmul.cu: the bias gradient BGRADB writes (act16::linear_bwd), then added
-  kAttnDelta,         // attention.cu, attention_tc.cu: D per (b, h, t), backward
-  kAttnQkv16,         // attention_tc.cu: bf16 copy of q, k, v
-  kAttnDout16,        // attention_tc.cu: bf16 copy of dO, backward
-  kAttnRanges,        // attention_tc.cu: (min, max) segment id per 64-row tile
+  kAttnDelta,         // attention/cuda_cores.cu, tensor_cores.cu: D per (b, h, t), backward
+  kAttnQkv16,         // attention/tensor_cores.cu: bf16 copy of q, k, v
+  kAttnDout16,        // attention/tensor_cores.cu: bf16 copy of dO, backward
+  kAttnRanges,        // attention/tensor_cores.cu: (min, max) segment id per 64-row tile
   kEncoderBuckets,    // encoder.cu: token/position buckets built on the host
   kBlocksDone,        // reduce.cu: last_block_to_finish's counter (one unsigned, 0 between launches)
   kCount

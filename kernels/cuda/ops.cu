@@ -86,7 +86,7 @@ constexpr decltype(cpu_fn) on_stream() {
 }
 
 // The two tables differ only in the Linear layers' (and LoRA adapters') GEMM inputs (GemmInputs in kernels/ops.h) and
-// attention: the bf16 table's runs on tensor cores (kernels/cuda/attention_tc.cu) with bf16 q, k, v, dO, P and dS.
+// attention: the bf16 table's runs on tensor cores (kernels/cuda/attention/tensor_cores.cu) with bf16 q, k, v, dO, P and dS.
 template <GemmInputs inputs>
 constexpr Ops make_cuda_ops() {
   constexpr bool bf16 = inputs == GemmInputs::kBf16;

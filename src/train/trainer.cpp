@@ -152,7 +152,7 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
     log::info("%s", note.c_str());
     for (const auto& line : hf::read_hf_notes(cfg.load_parameters_path)) log::info("%s", line.c_str());
   }
-  if (in.dev.gpu && plan.context_parallelism > 1) {  // kernels/cuda/attention_cp.cu
+  if (in.dev.gpu && plan.context_parallelism > 1) {  // kernels/cuda/attention/context_parallel.cu
     log::info("attention: context parallel over %d ranks, CUDA cores, %s", plan.context_parallelism,
               gemm_inputs_bf16(*in.dev.ops) ? "q, k, v and dO rounded to bf16 (dtype bfloat16), fp32 activations"
                                             : "fp32 (dtype float32)");

@@ -1,5 +1,5 @@
 // tests/cudasim/planted_attention_bugs.cpp — the tensor-core attention's tests catch its likely bugs:
-// this binary links its own copy of kernels/cuda/attention_tc.cu built with SFTDP_PLANTED_BUGS, and for
+// this binary links its own copy of kernels/cuda/attention/tensor_cores.cu built with SFTDP_PLANTED_BUGS, and for
 // each planted bug (a fragment on the wrong lanes, a missing cp.async wait, a tile skipped that holds
 // visible pairs, a wrong log-sum-exp, a fragment taken from the wrong warp of a pair, a missing barrier before a
 // warp reads its partner's fragments) runs the comparison of
@@ -22,7 +22,7 @@
 #include "kernels/attention.h"
 
 namespace sftdp::cuda {
-extern int planted_attention_bug;  // kernels/cuda/attention_tc.cu, SFTDP_PLANTED_BUGS builds
+extern int planted_attention_bug;  // kernels/cuda/attention/tensor_cores.cu, SFTDP_PLANTED_BUGS builds
 }
 
 namespace sftdp::test {

@@ -38,9 +38,12 @@ COMMON = ["dtype=bfloat16", "gradient_clipping_threshold=0"]
 
 
 def kernel_signatures():
-    """{kernel name: (file, [parameter names])} of every __global__ function in kernels/cuda."""
+    """{kernel name: (file under kernels/cuda, [parameter names])} of every __global__ function in kernels/cuda (its
+    .cu files and the headers some write their kernels in, subfolders included)."""
     out = {}
-    for path in glob.glob(os.path.join(SOURCE, "kernels", "cuda", "*.cu")):
+    cuda = os.path.join(SOURCE, "kernels", "cuda")
+    for path in glob.glob(os.path.join(cuda, "**", "*.cu"), recursive=True) + glob.glob(
+            os.path.join(cuda, "**", "*.cuh"), recursive=True):
         text = re.sub(r"//[^\n]*", "", open(path).read())
         for m in re.finditer(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", text):
             i = j = m.end()
@@ -49,21 +52,20 @@ def kernel_signatures():
                 depth += {"(": 1, ")": -1}.get(text[j], 0)
                 j += 1
             params = [p for p in re.split(r",(?![^<]*>)", text[i:j - 1]) if p.strip()]
-            out[m.group(1)] = (os.path.basename(path), [re.findall(r"\w+", p)[-1] for p in params])
+            out[m.group(1)] = (os.path.relpath(path, cuda), [re.findall(r"\w+", p)[-1] for p in params])
     return out
 
 
 def test_every_launched_kernel_has_a_formula_with_its_own_parameters():
     launched = set()
-    for path in glob.glob(os.path.join(SOURCE, "kernels", "cuda", "*.cu")):
+    for path in glob.glob(os.path.join(SOURCE, "kernels", "cuda", "**", "*.cu"), recursive=True):
         launched |= set(re.findall(r"SFTDP_LAUNCH\(\s*(\w+)", open(path).read()))  # template arguments left out
     assert launched, "no SFTDP_LAUNCH found in kernels/cuda"
     missing = sorted(launched - set(gpu_cost.KERNELS))
     assert not missing, f"kernels without a formula in bench/cost_model/kernels.py KERNELS: {missing}"
     sigs = kernel_signatures()
     for name, k in gpu_cost.KERNELS.items():
-        if not os.path.exists(os.path.join(SOURCE, "kernels", "cuda", k.src)):
-            continue  # a kernel of a file this checkout does not have yet
+        assert os.path.exists(os.path.join(SOURCE, "kernels", "cuda", k.src)), f"{name}: no kernels/cuda/{k.src}"
         assert name in sigs, f"KERNELS has {name}, which kernels/cuda/{k.src} does not define"
         assert sigs[name] == (k.src, k.params), f"{name}: source {sigs[name]}, KERNELS {(k.src, k.params)}"
 

@@ -1,6 +1,6 @@
 """The compiler's resource report (scripts/kernel_resources.py) as a test: no kernel or called device
 function of kernels/cuda/ and src/comm/ uses local memory (a stack frame) or spills registers, every
-kernel's block size is tied to its launch, each tensor-core file (kernels/cuda/attention_tc.cu)
+kernel's block size is tied to its launch, each tensor-core file (kernels/cuda/attention/tensor_cores.cu)
 exists and holds mma.sync in its PTX, and every training-path memory-bound kernel the script lists
 (VECTORISED_KERNELS) is still defined in its file, moves global memory in vectors (.v4/.v2) and divides no
 64-bit integer (div/rem .u64/.s64) in its PTX. First the report's parts on canned inputs: ptxas's output

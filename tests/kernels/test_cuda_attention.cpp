@@ -1,5 +1,5 @@
 // tests/kernels/test_cuda_attention.cpp — the CUDA attention twin (tiled, online softmax, no T×T:
-// kernels/cuda/attention.cu) against the CPU twin through the Ops tables: output, log-sum-exp and
+// kernels/cuda/attention/cuda_cores.cu) against the CPU twin through the Ops tables: output, log-sum-exp and
 // every input gradient, for multi-head (GPT-2) and grouped-query (KVH < NH) attention, HS from 8 to
 // 256, T = 1 and T not a multiple of a 32-row tile, with and without packed segments; a masked key
 // never matters (NaN in a segment no tile may see, and in another segment's rows of a visited tile);

@@ -1,5 +1,5 @@
 // tests/kernels/test_cuda_attention_tc.cpp — the bf16 table's attention on tensor cores
-// (kernels/cuda/attention_tc.cu: mma.sync, ldmatrix, cp.async) against its CPU twin with the same
+// (kernels/cuda/attention/tensor_cores.cu: mma.sync, ldmatrix, cp.async) against its CPU twin with the same
 // roundings (cpu::attention_{fwd,bwd}_bf16: bf16 q, k, v, dO, P and dS, the GPU's tiles and sums) and
 // against the float64 reference of unrounded inputs within bf16 tolerance: output, log-sum-exp and every
 // input gradient, for every head size on tensor cores (16..128 by 16), GQA and MHA, T = 1, T a

@@ -1,4 +1,4 @@
-// kernels/cuda/attention_cp.cu — context-parallel attention on the GPU (kernels/attention.h: this rank's
+// kernels/cuda/attention/context_parallel.cu — context-parallel attention on the GPU (kernels/attention.h: this rank's
 // Tq query rows at global positions qpos against Tk gathered keys and values), fp32 on CUDA cores, after
 // kernels/cuda/kv_cache.cu's generation kernel: blocks of 128 threads, keys (or queries) in tiles of 128,
 // one per thread for its score, head elements one or two per thread for the sums.

@@ -1,5 +1,5 @@
-// kernels/cuda/attention_cuda_cores.h — the CUDA-core attention kernels (kernels/cuda/attention.cu) on bf16 storage,
-// for the act16 entries (cuda::act16::attention_{fwd,bwd} in attention_tc.cu) at head sizes without tensor-core
+// kernels/cuda/attention/cuda_cores.h — the CUDA-core attention kernels (kernels/cuda/attention/cuda_cores.cu) on bf16 storage,
+// for the act16 entries (cuda::act16::attention_{fwd,bwd} in tensor_cores.cu) at head sizes without tensor-core
 // kernels (!attention_bf16::tensor_cores(HS)): act16's arguments and rounding points (kernels/attention.h), the fp32
 // kernels' arithmetic on the widened values. Used only inside kernels/cuda.
 #pragma once

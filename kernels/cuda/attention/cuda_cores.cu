@@ -1,4 +1,4 @@
-// kernels/cuda/attention.cu — causal grouped-query attention with the segment mask on the GPU
+// kernels/cuda/attention/cuda_cores.cu — causal grouped-query attention with the segment mask on the GPU
 // (kernels/attention.h), FlashAttention-2's contract: the forward keeps the output and each row's
 // log-sum-exp, the backward recomputes the scores. Legend: B batch, T seq, NH query heads, KVH k/v
 // heads, HS head size (<= 256), G = NH/KVH, QKV = (NH + 2·KVH)·HS; S = 1, 2, 4 or 8 slices of 32 head
@@ -26,7 +26,7 @@
 // Accumulation: out =, lse =, dqkv =.
 // What the kernels read and write (Io): fp32 tensors (attention_fwd/bwd); fp32 tensors with q, k, v and dO rounded to
 // bf16 as they are read (to nearest even, as the GEMMs' copies; the cuda-bf16 table's fallback for head sizes without
-// tensor-core kernels, attention_tc.cu): the fp32 attention of the rounded inputs, and D = Σ bf16(dO)·O; or bf16
+// tensor-core kernels, tensor_cores.cu): the fp32 attention of the rounded inputs, and D = Σ bf16(dO)·O; or bf16
 // storage (act16, kernels/act16.h, the same fallback on the bf16 activation path): q|k|v, dO and O bf16, widened
 // exactly as read (D = Σ dO·O from the stored values), out and dqkv rounded to bf16 once as written; lse fp32 always.
 #include <cuda_bf16.h>
@@ -36,7 +36,7 @@
 #include <type_traits>
 
 #include "kernels/attention.h"
-#include "kernels/cuda/attention_cuda_cores.h"
+#include "kernels/cuda/attention/cuda_cores.h"
 #include "kernels/cuda/common.cuh"
 
 
