@@ -253,21 +253,27 @@ TEST(SimDevices, MallocEnforcesEachDevicesBudget) {
   });
 }
 
+// fill_kernel(a, value) on a producer stream, then copy_kernel(b <- a) on a consumer stream that waits for it by an
+// event: the wait SFTDP_SIM_PLANT=drop-wait-before:kernel copy_kernel deletes. Returns a (64 floats), or null.
+float* fill_then_copy_across_streams(float value) {
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  float *a = nullptr, *b = nullptr;
+  cudaEvent_t done = nullptr;
+  if (cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking) != cudaSuccess || cudaMalloc(&a, 256) != cudaSuccess ||
+      cudaMalloc(&b, 256) != cudaSuccess || cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess)
+    return nullptr;
+  SFTDP_LAUNCH(fill_kernel, 1, 32, 0, producer, a, value, 64);
+  if (cudaEventRecord(done, producer) != cudaSuccess || cudaStreamWaitEvent(consumer, done, 0) != cudaSuccess)
+    return nullptr;
+  SFTDP_LAUNCH(copy_kernel, 1, 32, 0, consumer, b, a, 64);
+  return a;
+}
+
 // SFTDP_SIM_PLANT (tests): a deleted cudaStreamWaitEvent, planted from outside the program, is reported.
 TEST(SimPlant, ADroppedWaitIsAStreamcheckReport) {
   expect_in_child("SFTDP_SIM_PLANT=drop-wait-before:kernel copy_kernel", [] {
-    cudaStream_t producer = nullptr, consumer = nullptr;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
-    ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
-    float *a = nullptr, *b = nullptr;
-    ASSERT_EQ(cudaMalloc(&a, 256), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&b, 256), cudaSuccess);
-    cudaEvent_t done = nullptr;
-    ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
-    SFTDP_LAUNCH(fill_kernel, 1, 32, 0, producer, a, 1.f, 64);
-    ASSERT_EQ(cudaEventRecord(done, producer), cudaSuccess);
-    ASSERT_EQ(cudaStreamWaitEvent(consumer, done, 0), cudaSuccess);  // planted: dropped
-    SFTDP_LAUNCH(copy_kernel, 1, 32, 0, consumer, b, a, 64);
+    ASSERT_NE(fill_then_copy_across_streams(1.f), nullptr);
     (void)cudaDeviceSynchronize();
     EXPECT_REPORT("plant", "dropped the cudaStreamWaitEvent before kernel copy_kernel");
     EXPECT_REPORT("streamcheck", "kernel copy_kernel", "kernel fill_kernel");
@@ -278,18 +284,8 @@ TEST(SimPlant, ADroppedWaitIsAStreamcheckReport) {
 // (a launch once read the snapshot that neither streamcheck nor a second schedule takes then: a crash).
 TEST(SimStreamcheck, OffRunsEveryKernelAndReportsNoStreamOrder) {
   expect_in_child("SFTDP_SIM_STREAMCHECK=0;SFTDP_SIM_SCHEDULES=1;SFTDP_SIM_PLANT=drop-wait-before:kernel copy_kernel", [] {
-    cudaStream_t producer = nullptr, consumer = nullptr;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
-    ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
-    float *a = nullptr, *b = nullptr;
-    ASSERT_EQ(cudaMalloc(&a, 256), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&b, 256), cudaSuccess);
-    cudaEvent_t done = nullptr;
-    ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
-    SFTDP_LAUNCH(fill_kernel, 1, 32, 0, producer, a, 3.f, 64);
-    ASSERT_EQ(cudaEventRecord(done, producer), cudaSuccess);
-    ASSERT_EQ(cudaStreamWaitEvent(consumer, done, 0), cudaSuccess);  // planted: dropped
-    SFTDP_LAUNCH(copy_kernel, 1, 32, 0, consumer, b, a, 64);
+    float* a = fill_then_copy_across_streams(3.f);
+    ASSERT_NE(a, nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(report_with({"streamcheck"}), "");
     std::vector<float> h(64);
