@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoint/hand_layout.h"
+#include "common/hdf5_damaged_file_leaks.h"
 #include "common/test_util.h"
 #include "sftdp/check.h"
 #include "sftdp/checkpoint.h"

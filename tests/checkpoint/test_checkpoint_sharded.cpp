@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hdf5_damaged_file_leaks.h"
 #include "common/test_util.h"
 #include "model/model_fixtures.h"
 #include "sftdp/checkpoint.h"
