@@ -13,7 +13,8 @@
 // residual stream): the block's other activations live in one set of buffers that every block
 // overwrites, and backward re-runs each block's forward (all but its last projection) right
 // before that block's backward. Same kernels, same inputs: results are bitwise those without.
-// With bf16 activations (dtype: bfloat16 on the GPU, without remat), the activations that only the
+// With ActivationStorage::kBf16GemmInputs (bf16 activations requested where the act16 path does not run: with
+// LoRA; never with remat), the activations that only the
 // Linear layers' GEMMs read (the two norms' outputs and the MLP's hidden layer after GELU/SwiGLU;
 // not the attention output, which attention's backward reads too) are kept per block as bf16;
 // their fp32 buffers are one set all blocks share, refilled from the bf16 copy before each block's
@@ -156,6 +157,19 @@ size_t unit_at(const std::vector<Unit>& units, size_t offset);
 // Without LoRA the trainable set is the base set.
 enum class UnitSet { kBase, kTrainable };
 
+// How a model stores the activations between its kernels: one choice, made in Model's constructor from
+// the request (make_model's bf16_activations: dtype bfloat16 on the GPU), the Ops table, remat and LoRA.
+enum class ActivationStorage {
+  kFloat32,         // every activation fp32
+  kBf16GemmInputs,  // the activations only GEMMs read kept per block as bf16 (the file header): a request
+                    // with LoRA (not with its dropout) or off the act16 table; never with remat
+  kBf16,            // the act16 path (kernels/act16.h; issue 34): on the bf16-GEMM table without LoRA, every
+                    // activation only GEMMs and attention read is bf16 and the fused act16 kernels run (the
+                    // residual add and GPT-2's GELU in the GEMMs' epilogues, each norm's backward one kernel,
+                    // the LM head's logits bf16 at a padded stride); the residual stream, its gradient and every
+                    // gradient sum stay fp32. Remat works as without.
+};
+
 // One event of a pass, in the order every rank makes them (Model::unit_schedule): a unit's
 // parameters are needed from now on (kUse), or a trainable unit's gradient sums are final for this
 // pass (kGradsFinal).
@@ -295,13 +309,7 @@ class Model {
   uint64_t context_gathers() const;
 
   bool remat() const { return remat_; }
-  bool bf16_activations() const { return bf16_acts_; }
-  // The bf16 activation path (kernels/act16.h; issue 34): with bf16 activations on the bf16-GEMM table and no
-  // LoRA, the families store every activation that only GEMMs and attention read as bf16 and run the fused
-  // act16 kernels (the residual add and GPT-2's GELU in the GEMMs' epilogues, each norm's backward one kernel,
-  // the LM head's logits bf16 at a padded stride); the residual stream, its gradient and every gradient sum stay
-  // fp32. Remat works as without. LoRA keeps the path above (fp32 activations, bf16-rounded GEMM inputs).
-  bool act16() const { return act16_; }
+  ActivationStorage activation_storage() const { return act_storage_; }
   // CUDA graphs (config key cuda_graphs; src/model/graph_cache.h): forward_backward's passes, and forward's, are
   // replayed as a graph once their shape (B, the head's rows, segments and positions given or not) repeats, where
   // the table has graphs and the passes talk to nobody else (no residency, no GradReady, no LoRA dropout). On by
@@ -400,7 +408,7 @@ class Model {
   int max_B_, T_;
   ParamLayout layout_;
   bool remat_ = false;
-  bool bf16_acts_ = false;        // see the file header; never with remat
+  ActivationStorage act_storage_ = ActivationStorage::kFloat32;
   size_t act_bytes_ = 0;          // alloc_acts adds
   size_t remat_saved_bytes_ = 0;  // the family sets it
   float* params_ = nullptr;
@@ -413,9 +421,8 @@ class Model {
   float* hidden_ = nullptr;
   float* dhidden_ = nullptr;
   size_t head_ = 0;
-  // The act16 path: hidden16_ (max_B·T, C) bf16 (the final norm's output) and dhidden16_ (max_B·T, C) bf16, what
-  // the head hands backward; then hidden_ and dhidden_ are null.
-  bool act16_ = false;
+  // ActivationStorage::kBf16: hidden16_ (max_B·T, C) bf16 (the final norm's output) and dhidden16_ (max_B·T, C)
+  // bf16, what the head hands backward; then hidden_ and dhidden_ are null.
   uint16_t* hidden16_ = nullptr;
   uint16_t* dhidden16_ = nullptr;
 

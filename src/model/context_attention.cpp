@@ -28,7 +28,7 @@ void Model::set_context_parallel(const ContextSplit& split, comm::Group* group) 
   SFTDP_ASSERT(group && group->size() == split.n && group->index() == split.index,
                "set_context_parallel: the group is not the split's");
   SFTDP_ASSERT(split.local_T() == T_, "set_context_parallel: the model's T is not the split's local T");
-  SFTDP_ASSERT(!act16_ && ops_.attention_cp_fwd && ops_.copy_strided_rows,
+  SFTDP_ASSERT(act_storage_ != ActivationStorage::kBf16 && ops_.attention_cp_fwd && ops_.copy_strided_rows,
                "set_context_parallel: this kernel table or activation path has no context-parallel attention");
   auto cp = std::make_unique<ContextParallel>();
   cp->split = split;

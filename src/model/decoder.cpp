@@ -76,7 +76,7 @@ Decoder::Decoder(const config::ModelDims& d, const Ops& ops, int max_B, int T, b
     inv_freq_ = alloc_floats(inv_freq.size());  // a constant table, not an activation
     ops_.to_device(inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float));
   }
-  if (act16_) {
+  if (act_storage_ == ActivationStorage::kBf16) {
     make_acts16();
     return;
   }
@@ -84,6 +84,7 @@ Decoder::Decoder(const config::ModelDims& d, const Ops& ops, int max_B, int T, b
   acts_ = new Acts();
   auto& a = *acts_;
   const bool ln = traits_.norm == Norm::kLayerNorm, qkn = traits_.qk_norm;
+  const bool gemm_inputs16 = act_storage_ == ActivationStorage::kBf16GemmInputs;
   const size_t N = size_t(max_B) * T, C = d.C, F = d.F, FW = traits_.mlp_width(d.F), QKV = d.qkv_dim();
   const size_t A = d.attn_dim(), lse = size_t(max_B) * d.NH * T, heads = size_t(d.NH) + d.kv_heads();
   size_t counted = 0;  // floats allocated by f (the remat-shared part is what layer 0 takes but residual3)
@@ -97,7 +98,7 @@ Decoder::Decoder(const config::ModelDims& d, const Ops& ops, int max_B, int T, b
       l = a.layers[0];
     } else {
       const size_t before = counted;
-      const Acts::Layer* first = bf16_acts_ && i > 0 ? &a.layers[0] : nullptr;  // the shared fp32 set
+      const Acts::Layer* first = gemm_inputs16 && i > 0 ? &a.layers[0] : nullptr;  // the shared fp32 set
       l.ln1 = first ? first->ln1 : f(N * C), l.ln1_mean = ln ? f(N) : nullptr, l.ln1_rstd = f(N);
       l.qkv_raw = qkn ? f(N * QKV) : nullptr;
       l.qk_rstd = qkn ? f(N * heads) : nullptr;
@@ -106,7 +107,7 @@ Decoder::Decoder(const config::ModelDims& d, const Ops& ops, int max_B, int T, b
       l.residual2 = f(N * C);
       l.ln2 = first ? first->ln2 : f(N * C), l.ln2_mean = ln ? f(N) : nullptr, l.ln2_rstd = f(N);
       l.fch = f(N * FW), l.fch_act = first ? first->fch_act : f(N * F);
-      if (bf16_acts_) {
+      if (gemm_inputs16) {
         l.ln1_16 = alloc_acts_bf16(N * C), l.ln2_16 = alloc_acts_bf16(N * C);
         l.fch_act_16 = alloc_acts_bf16(N * F);
       }
@@ -115,7 +116,7 @@ Decoder::Decoder(const config::ModelDims& d, const Ops& ops, int max_B, int T, b
     l.residual3 = f(N * C);
   }
   const size_t layers_after_first = size_t(std::max(d.L - 1, 0));
-  remat_saved_bytes_ = bf16_acts_ ? layers_after_first * (shared - gemm_only) * sizeof(float) +
+  remat_saved_bytes_ = gemm_inputs16 ? layers_after_first * (shared - gemm_only) * sizeof(float) +
                                         size_t(d.L) * gemm_only * sizeof(uint16_t)
                                   : layers_after_first * shared * sizeof(float);
   a.encoded = f(N * C);
@@ -178,7 +179,7 @@ void Decoder::block_forward(int l, int B, bool through_output) {
 }
 
 void Decoder::run_forward(int B) {
-  if (acts16_) return run_forward16(B);
+  if (act_storage_ == ActivationStorage::kBf16) return run_forward16(B);
   auto& a = *acts_;
   const int T = T_, C = d_.C, N = B * T;
   use_embeddings();
@@ -192,7 +193,7 @@ void Decoder::run_forward(int B) {
 }
 
 void Decoder::run_backward(int B) {
-  if (acts16_) return run_backward16(B);
+  if (act_storage_ == ActivationStorage::kBf16) return run_backward16(B);
   auto& a = *acts_;
   const Ops& o = ops_;
   const int T = T_, C = d_.C, F = d_.F, FW = traits_.mlp_width(d_.F), NH = d_.NH, KVH = d_.kv_heads();

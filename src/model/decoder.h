@@ -2,7 +2,7 @@
 // family's model (make_model). Its passes stop at the final norm's output: Model runs the LM head and the
 // cross-entropy on the loss SUM (model.cpp) and hands backward d(loss sum)/d final-norm output; gradient sums
 // accumulate (+=). The fp32 and bf16-GEMM tables run src/model/decoder.cpp; the act16 path (bf16 activations on
-// the bf16-GEMM table, sftdp/model.h's act16()) runs src/model/decoder_act16.cpp.
+// the bf16-GEMM table, ActivationStorage::kBf16 in sftdp/model.h) runs src/model/decoder_act16.cpp.
 #pragma once
 #include <array>
 #include <vector>

@@ -1,8 +1,8 @@
 // src/model/decoder_act16.cpp — the one transformer block (decoder.h) on the act16 path (kernels/act16.h;
-// sftdp/model.h's act16()), every family through its traits: what only GEMMs and attention read is bf16 — both
-// norms' outputs, q|k|v, attention's output, the MLP's hidden layer before and after its activation, and every
-// activation gradient but the residual stream's — while the residual stream, its gradient, the norms' statistics and
-// all gradient sums stay fp32. Per block, forward (N = B·T):
+// ActivationStorage::kBf16 in sftdp/model.h), every family through its traits: what only GEMMs and attention
+// read is bf16 — both norms' outputs, q|k|v, attention's output, the MLP's hidden layer before and after its
+// activation, and every activation gradient but the residual stream's — while the residual stream, its
+// gradient, the norms' statistics and all gradient sums stay fp32. Per block, forward (N = B·T):
 //   ln1 = norm(x)                        act16::layernorm_fwd | rmsnorm_fwd
 //   qkv = ln1·Wqkvᵀ (+ b)                linear_fwd kBf16 (BIAS epilogue) [→ q/k norm] [→ RoPE in place]
 //   atty = attention(qkv)                attention_fwd

@@ -99,9 +99,6 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
       T_(T),
       layout_(std::move(layout)),
       remat_(remat),
-      // Not with LoRA dropout: its mask scales x before the adapter's GEMM rounds it, so backward
-      // must see the very x forward saw, not x rounded to bf16 (that alone keeps results bitwise).
-      bf16_acts_(bf16_activations && !remat && !(lora.enabled() && lora.dropout > 0)),
       lora_(lora),
       zero_stage_(zero_stage),
       bf16_weights_(bf16_weights) {
@@ -109,13 +106,19 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
   SFTDP_ASSERT(zero_stage >= 0 && zero_stage <= 3, "zero_stage must be 0..3");
   SFTDP_ASSERT(!bf16_weights || (gemm_inputs_bf16(ops) && !lora.enabled()),
                "bf16 weights: the bf16-GEMM table, without LoRA");
-  // Exact only where the GEMMs round their inputs to bf16 themselves.
-  SFTDP_ASSERT(!bf16_acts_ || gemm_inputs_bf16(ops), "bf16 activations need the bf16-GEMM table");
   if (lora_.enabled()) lora_layout_ = lora_layout(d, lora_);
   bf16_table_ = gemm_inputs_bf16(ops_);
-  act16_ = bf16_activations && bf16_table_ && !lora_.enabled();
-  SFTDP_ASSERT(!act16_ || act16_complete(ops_), std::string(ops_.name) + ": an act16 entry is missing");
-  if (act16_) bf16_acts_ = false;  // every GEMM-only activation is bf16 already
+  if (bf16_activations && bf16_table_ && !lora_.enabled())
+    act_storage_ = ActivationStorage::kBf16;
+  else if (bf16_activations && !remat && !(lora_.enabled() && lora_.dropout > 0))
+    // Not with LoRA dropout: its mask scales x before the adapter's GEMM rounds it, so backward
+    // must see the very x forward saw, not x rounded to bf16 (that alone keeps results bitwise).
+    act_storage_ = ActivationStorage::kBf16GemmInputs;
+  SFTDP_ASSERT(act_storage_ != ActivationStorage::kBf16 || act16_complete(ops_),
+               std::string(ops_.name) + ": an act16 entry is missing");
+  // Exact only where the GEMMs round their inputs to bf16 themselves.
+  SFTDP_ASSERT(act_storage_ != ActivationStorage::kBf16GemmInputs || bf16_table_,
+               "bf16 activations need the bf16-GEMM table");
   if (zero_stage_ < 3) {  // at 3 the residency holds this rank's shard and the units in use
     if (!bf16_weights_) params_ = alloc_floats(layout_.total);
     if (bf16_table_) {  // with bf16 weights, the parameters themselves  // the GEMMs' bf16 copy of the parameters (bf16_mirrors())
@@ -319,7 +322,8 @@ void Model::set_head_chunking(int rows, bool every_row) {
   const int N = max_B_ * T_;
   SFTDP_ASSERT(rows >= 0, "head chunk rows must be >= 0");
   every_row_ = every_row;
-  const int fit = act16_ ? default_head_chunk_rows16(d_.V, N) : default_head_chunk_rows(d_.V, N);
+  const int fit = act_storage_ == ActivationStorage::kBf16 ? default_head_chunk_rows16(d_.V, N)
+                                                           : default_head_chunk_rows(d_.V, N);
   head_rows_ = every_row ? N : (rows == 0 ? fit : std::min(rows, N));
   for (void* p : {static_cast<void*>(head_x_), static_cast<void*>(head_logits_), static_cast<void*>(head_dx_),
                   static_cast<void*>(head_x16_), static_cast<void*>(head_logits16_), static_cast<void*>(head_dx16_)})
@@ -327,7 +331,7 @@ void Model::set_head_chunking(int rows, bool every_row) {
   head_x_ = head_logits_ = head_dx_ = nullptr;
   head_x16_ = head_logits16_ = head_dx16_ = nullptr;
   const size_t R = static_cast<size_t>(head_rows_);
-  if (act16_) {
+  if (act_storage_ == ActivationStorage::kBf16) {
     head_x16_ = alloc_bf16(R * d_.C);
     head_logits16_ = alloc_bf16(R * padded_vocab(d_.V));
     head_dx16_ = alloc_bf16(R * d_.C);
@@ -456,7 +460,7 @@ void Model::upload(const data::Batch& b, bool training) {
   // added read the hidden state's spare row max_B·T (zeros, never written) with weight 0, which adds exactly 0 to
   // every sum, and write their gradient into that spare row of dhidden.
   io_.n_head = k;
-  if (act16_ && !all_active_ && k > 0) {
+  if (act_storage_ == ActivationStorage::kBf16 && !all_active_ && k > 0) {
     io_.n_head = (k + kHeadRows - 1) / kHeadRows * kHeadRows;
     for (int i = k; i < io_.n_head; ++i)
       host_active_[i] = max_B_ * T_, host_targets_[i] = 0, host_weights_[i] = 0.0f;
@@ -469,7 +473,7 @@ void Model::upload(const data::Batch& b, bool training) {
 }
 
 void Model::run_head(float* sums, bool backward, int B) {
-  if (act16_) return run_head16(sums, backward, B);
+  if (act_storage_ == ActivationStorage::kBf16) return run_head16(sums, backward, B);
   const int C = d_.C, V = d_.V, n = io_.n_active;
   if (residency_) residency_->use(UnitSet::kBase, head_unit());
   const float* W = param(head_);

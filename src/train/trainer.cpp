@@ -198,10 +198,12 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
     log::info("memory: this rank needs %s (what is available is unknown: not checked)", in.memory.describe().c_str());
   // The activation memory either way, so that the log shows what remat saves (or would).
   const size_t act = model.activation_bytes(), saved = model.remat_saved_bytes();
+  const auto storage = model.activation_storage();
   log::info("activations: %.3f MiB on this rank, remat %s%s (%.3f MiB with remat %s)", act / 1048576.0,
             cfg.remat ? "true" : "false",
-            model.act16() ? ", activations stored as bf16 (act16 path)"
-                          : model.bf16_activations() ? ", GEMM inputs kept as bf16" : "",
+            storage == model::ActivationStorage::kBf16            ? ", activations stored as bf16 (act16 path)"
+            : storage == model::ActivationStorage::kBf16GemmInputs ? ", GEMM inputs kept as bf16"
+                                                                   : "",
             (cfg.remat ? act + saved : act - saved) / 1048576.0, cfg.remat ? "false" : "true");
 }
 

@@ -108,8 +108,10 @@ TEST_P(CudaLora, BaseStaysBitwiseOverStepsAndBf16StaysClose) {
   for (int s = 0; s < 3; ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 2e-2 * losses[0][s]);
   // bf16 activation storage stays exact with adapters, but not with their dropout (it scales x
   // before the GEMM rounds it): the model then keeps fp32 activations.
-  EXPECT_TRUE(model::make_model(d, *bf16_ops, 3, kT, false, true, spec_of(d, 0.0))->bf16_activations());
-  EXPECT_FALSE(model::make_model(d, *bf16_ops, 3, kT, false, true, spec_of(d, 0.3))->bf16_activations());
+  EXPECT_EQ(model::make_model(d, *bf16_ops, 3, kT, false, true, spec_of(d, 0.0))->activation_storage(),
+            model::ActivationStorage::kBf16GemmInputs);
+  EXPECT_EQ(model::make_model(d, *bf16_ops, 3, kT, false, true, spec_of(d, 0.3))->activation_storage(),
+            model::ActivationStorage::kFloat32);
 }
 
 // LoRA dropout under CUDA graphs (issue 43): the masks' keys (seed, step, adapter) and rows are read from device

@@ -303,7 +303,7 @@ TEST_P(CudaModel, Bf16GemmLossCloseToFp32) {
   EXPECT_TRUE(bitwise_equal(accumulated_grads(*cuda, d, params, batch), fp32));
 }
 
-// The act16 path (bf16 activations on the bf16-GEMM table, sftdp/model.h's act16(): every GEMM-only activation
+// The act16 path (bf16 activations on the bf16-GEMM table, ActivationStorage::kBf16 in sftdp/model.h: every GEMM-only activation
 // bf16, the fused kernels). On the GPU it equals the same passes on the act16 CPU twins (cpu_bf16_ops: the same
 // roundings at the same points; the two sides differ only where fp32 sums in another order round a bf16 value the
 // other way), over two accumulated micro-batches (the second with fewer rows) of 3 layers, with and without packed
@@ -314,9 +314,10 @@ TEST_P(CudaModel, Act16PathMatchesItsCpuTwinsAndTracksFp32) {
   d.L = 3;
   const auto params = noisy_params(d);
   const auto layout = model::param_layout(d);
-  ASSERT_TRUE(model::make_model(d, *cuda_bf16, 4, kT, false, /*bf16_activations=*/true)->act16());
-  ASSERT_TRUE(model::make_model(d, cpu_bf16_ops(), 4, kT, false, /*bf16_activations=*/true)->act16());
-  EXPECT_FALSE(model::make_model(d, *cuda_bf16, 4, kT)->act16());
+  constexpr auto kBf16 = model::ActivationStorage::kBf16;
+  ASSERT_EQ(model::make_model(d, *cuda_bf16, 4, kT, false, /*bf16_activations=*/true)->activation_storage(), kBf16);
+  ASSERT_EQ(model::make_model(d, cpu_bf16_ops(), 4, kT, false, /*bf16_activations=*/true)->activation_storage(), kBf16);
+  EXPECT_NE(model::make_model(d, *cuda_bf16, 4, kT)->activation_storage(), kBf16);
   for (bool segments : {false, true}) {
     SCOPED_TRACE(segments ? "packed segments" : "one sequence per row");
     const auto rows = random_rows(7, kT, d.V, 919, segments);
@@ -351,7 +352,8 @@ TEST_P(CudaModel, Act16RematIsBitwiseEqualToKeepingActivations) {
   EXPECT_TRUE(bitwise_equal(remat, keep));
   const auto with = model::make_model(d, *cuda_bf16, 4, kT, /*remat=*/true, true),
              without = model::make_model(d, *cuda_bf16, 4, kT, /*remat=*/false, true);
-  ASSERT_TRUE(with->act16() && without->act16());
+  ASSERT_EQ(with->activation_storage(), model::ActivationStorage::kBf16);
+  ASSERT_EQ(without->activation_storage(), model::ActivationStorage::kBf16);
   EXPECT_EQ(without->activation_bytes() - with->activation_bytes(), without->remat_saved_bytes());
   // bf16 activations: below the fp32 model's, above half of it (the residual stream and statistics stay fp32)
   const auto fp32 = model::make_model(d, *cuda_bf16, 4, kT);
