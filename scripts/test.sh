@@ -6,10 +6,11 @@
 # That sanitized build is also the CUDA simulator build (SFTDP_CUDA_SIM, cudasim): its suite
 # runs every GPU test on simulated GPUs, none skipped; the first (nvcc) build compiles the CUDA
 # sources for real and its GPU tests skip without a device. Extra arguments go to both ctest runs
-# (e.g. -L gpu). Fresh clone on a 2-core machine, 2026-12-07 (e5cb13f): 80 min in all, normal suite 1006 s (808
-# tests; slurm_multinode 361 s of it), sanitized suite 2194 s (914; cuda_e2e 564 s, cuda_bf16_tracks_fp32 281 s,
-# factorisation_mpi 189 s), over the 45-min target: the simulator's cost per kernel under ASan (fiber switches
-# per warp operation) and sft_train's start-up under ASan are most of it. Fresh clone on a quiet 2-core machine, 2026-12-06 (act16 kernels, graphs; before
+# (e.g. -L gpu). Fresh clone on a 2-core machine, 2026-12-07 (5194faa, the sanitized suite on ASan's fast
+# unwinder): 36 min in all, normal suite 732 s (808 tests), sanitized suite 640 s (915; cuda_e2e 178 s,
+# cuda_bf16_tracks_fp32 105 s), the rest the installs, both builds and 80 s of fuzzing. The same on e5cb13f,
+# with the slow unwinder on every malloc (fast_unwind_on_malloc=0): 80 min, normal suite 1006 s, sanitized
+# suite 2194 s (cuda_e2e 564 s, cuda_bf16_tracks_fp32 281 s, factorisation_mpi 189 s). Fresh clone on a quiet 2-core machine, 2026-12-06 (act16 kernels, graphs; before
 # issue 35's tests): about 38 min in all, normal suite 565 s (721 tests), sanitized suite 975 s (833);
 # the same on a machine shared with two other builds: 58 min (738 s, 1233 s).
 # Fresh clone on a 2-core machine with the packages already installed (2026-12-04,
