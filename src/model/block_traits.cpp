@@ -1,6 +1,10 @@
 // src/model/block_traits.cpp — see block_traits.h: each family's block as traits.
 #include "model/block_traits.h"
 
+#include <algorithm>
+
+#include "sftdp/model.h"
+
 namespace sftdp::model {
 
 BlockTraits block_traits(const config::ModelDims& d) {
@@ -26,6 +30,16 @@ const char* layer_tensor_name(LayerTensor k) {
       "attn.k_norm.weight", "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
       "mlp.fc.weight",    "mlp.fc.bias",    "mlp.proj.weight", "mlp.proj.bias"};
   return kNames[k];
+}
+
+std::vector<LayerOffsets> layer_offsets(const BlockTraits& t, const ParamLayout& layout, int L) {
+  std::vector<LayerOffsets> out(size_t(std::max(L, 0)));
+  for (int l = 0; l < L; ++l)
+    for (int k = 0; k < kLayerTensors; ++k)
+      out[l][k] = block_has(t, LayerTensor(k))
+                      ? layout.find("h." + std::to_string(l) + "." + layer_tensor_name(LayerTensor(k))).offset
+                      : kAbsent;
+  return out;
 }
 
 bool block_has(const BlockTraits& t, LayerTensor k) {

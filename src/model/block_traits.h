@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sftdp/config.h"
 
@@ -42,6 +43,11 @@ enum LayerTensor {
 const char* layer_tensor_name(LayerTensor k);  // e.g. "attn.qkv.weight"
 bool block_has(const BlockTraits& t, LayerTensor k);
 constexpr size_t kAbsent = SIZE_MAX;  // the offset of a tensor the family has not
+struct ParamLayout;                   // sftdp/model.h
+// Each block's tensor offsets in `layout`, looked up by name once (kAbsent where the family has none): what the
+// trainer's blocks (decoder.cpp) and generation's (src/generate/generator.cpp) index with layer_ptrs.
+using LayerOffsets = std::array<size_t, kLayerTensors>;
+std::vector<LayerOffsets> layer_offsets(const BlockTraits& t, const ParamLayout& layout, int L);
 
 // Where block l's tensors are now: null where the family has none.
 struct LayerPtrs {

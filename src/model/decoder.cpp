@@ -60,12 +60,7 @@ Decoder::Decoder(const config::ModelDims& d, const Ops& ops, int max_B, int T, b
       traits_(block_traits(d)) {
   SFTDP_ASSERT(d.NH % d.kv_heads() == 0 && d.attn_dim() > 0, "bad head configuration");
   SFTDP_ASSERT(traits_.positions != Positions::kRope || d.head_size() % 2 == 0, "RoPE needs an even head size");
-  layer_offsets_.resize(d.L);
-  for (int l = 0; l < d.L; ++l)
-    for (int k = 0; k < kLayerTensors; ++k)
-      layer_offsets_[l][k] = block_has(traits_, LayerTensor(k))
-                                 ? layout_.find("h." + std::to_string(l) + "." + layer_tensor_name(LayerTensor(k))).offset
-                                 : kAbsent;
+  layer_offsets_ = layer_offsets(traits_, layout_, d.L);
   wte_ = layout_.find("wte").offset;
   if (traits_.positions == Positions::kLearned) wpe_ = layout_.find("wpe").offset;
   lnf_w_ = layout_.find("ln_f.weight").offset;

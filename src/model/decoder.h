@@ -52,7 +52,7 @@ class Decoder final : public Model {
   BlockTraits traits_;
   // Offsets (in floats) of the tensors the passes touch, looked up by name once, not per pass (kAbsent: the family
   // has none).
-  std::vector<std::array<size_t, kLayerTensors>> layer_offsets_;
+  std::vector<LayerOffsets> layer_offsets_;
   size_t wte_ = 0, wpe_ = kAbsent, lnf_w_ = 0, lnf_b_ = kAbsent;
   float* inv_freq_ = nullptr;  // (HS/2): RoPE's inverse frequencies, a constant table (RoPE only)
   Acts* acts_ = nullptr;
