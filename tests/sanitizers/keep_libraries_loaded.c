@@ -7,7 +7,7 @@
 // found a libopen-pal or libmpi frame further down, but it unwinds every malloc through DWARF
 // (0.6 s of a 1.4 s sft_train start-up under ASan, 16-28 % of a simulated GPU run); with the
 // plugins kept, the fast frame-pointer unwinder's first frame names the plugin (leak:mca_). Open
-// MPI 4.1 has no parameter that keeps them (mca_base_component_disable_dlclose came with 5.0).
+// MPI 4.1.4 has no parameter that keeps them (ompi_info lists no mca_base_component_disable_dlclose).
 //
 // Built without sanitizers: a preloaded library must not bring a second ASan runtime. The
 // sanitized executables' own dlclose interceptor calls this one (the next definition in the
