@@ -56,8 +56,9 @@ void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv,
 void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv, const float* out,
                       const float* lse, const int32_t* qpos, const int32_t* seg_q, const int32_t* seg_k, int B, int Tq,
                       int Tk, int NH, int KVH, int HS);
-// The bf16 table's form (cuda-bf16: q, k, v and dout read rounded to bf16, all else fp32, the contract of
-// attention_fwd_bf16 on CUDA cores): the fp32 twins on rounded copies of the three inputs.
+// The bf16 table's form, as attention_{fwd,bwd}_bf16 below: for head sizes on tensor cores the GPU kernels' tiles,
+// roundings and summation orders (a query row's out, lse and dq bitwise the whole-row twin's row at its position;
+// the ranks' dkv sum to its dk/dv up to fp32 order), else the fp32 twins on copies of q, k, v and dout rounded to bf16.
 void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
                            const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
 void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
@@ -89,6 +90,16 @@ void attention_bwd(uint16_t* dqkv,                            // (B,T,QKV) bf16 
                    const uint16_t* out, const float* lse,      // (B,T,NH·HS) bf16 ; (B,NH,T): the forward's
                    const int32_t* seg,                         // (B,T) or null
                    int B, int T, int NH, int KVH, int HS);
+// Context parallelism on the act16 path, for head sizes on tensor cores only: attention_cp_{fwd,bwd}_bf16's
+// arithmetic on bf16 q|k|v (B,Tq,QKV) and the gathered bf16 k|v (B,Tk,2·KVH·HS) read where they are (widened
+// exactly), out rounded to bf16 once; the backward's dq rounded once into dqkv's q heads (its k/v heads untouched)
+// and dkv (B,Tk,2·KVH·HS) in fp32: this rank's part of every gathered position's k/v gradient, which the group's
+// reduce-scatter sums before the one rounding into the owner's dqkv. D = Σ dO·O from the stored bf16 values.
+void attention_cp_fwd(uint16_t* out, float* lse, const uint16_t* qkv, const uint16_t* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
+void attention_cp_bwd(uint16_t* dqkv, float* dkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* kv,
+                      const uint16_t* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                      const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS);
 }  // namespace sftdp::cpu::act16
 
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
@@ -108,8 +119,8 @@ void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t*
                         int HS, cudaStream_t stream);
 void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
-// Context parallelism's twins (kernels/cuda/attention/context_parallel.cu): on CUDA cores, the contracts of the CPU twins (fp32, and
-// the bf16 table's with q, k, v and dout rounded as read).
+// Context parallelism's twins on CUDA cores (kernels/cuda/attention/context_parallel.cu): the contracts of the CPU
+// twins (fp32, and the bf16 table's for head sizes without tensor-core kernels: q, k, v and dout rounded as read).
 void attention_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
                       const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
                       cudaStream_t stream);
@@ -129,6 +140,17 @@ void attention_tc_fwd(float* out, float* lse, const float* qkv, const int32_t* s
                       int HS, cudaStream_t stream);
 void attention_tc_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                       const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+// Context parallelism's entries of the cuda-bf16 table: the same tensor-core kernels with this rank's query rows at
+// their global positions against the gathered keys and values (qpos increasing; every query row sees the key at its
+// own position), where attention_bf16::tensor_cores(HS), else attention_cp_{fwd,bwd}_bf16 above. The contracts of
+// cpu::attention_cp_{fwd,bwd}_bf16. A query row's out, lse and dq are bitwise those of the whole-row kernels'
+// row at its position (the key tiles are the same; a tile with nothing visible to a row changes nothing of it).
+void attention_tc_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                         const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
+                         cudaStream_t stream);
+void attention_tc_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                         const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                         const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS, cudaStream_t stream);
 }  // namespace sftdp::cuda
 namespace sftdp::cuda::act16 {  // the act16 twins, on `stream`
 void attention_fwd(uint16_t* out, float* lse,                // (B,T,NH·HS) bf16 ; (B,NH,T)
@@ -139,5 +161,11 @@ void attention_bwd(uint16_t* dqkv,                            // (B,T,QKV) bf16 
                    const uint16_t* out, const float* lse,      // (B,T,NH·HS) bf16 ; (B,NH,T): the forward's
                    const int32_t* seg,                         // (B,T) or null
                    int B, int T, int NH, int KVH, int HS, cudaStream_t stream);
+void attention_cp_fwd(uint16_t* out, float* lse, const uint16_t* qkv, const uint16_t* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
+                      cudaStream_t stream);
+void attention_cp_bwd(uint16_t* dqkv, float* dkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* kv,
+                      const uint16_t* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                      const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS, cudaStream_t stream);
 }  // namespace sftdp::cuda::act16
 #endif

@@ -27,6 +27,8 @@ void copy_strided_rows(float* out, int ldo, const int32_t* oidx, const float* in
 namespace sftdp::cpu::act16 {
 void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C);   // (n,C) = ; (N,C) (n)
 void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C);  // (N,C) listed = ; (n,C)
+void copy_strided_rows(uint16_t* out, int ldo, const int32_t* oidx, const uint16_t* inp, int ldi, const int32_t* iidx,
+                       int n, int C);
 }  // namespace sftdp::cpu::act16
 
 #if defined(__CUDACC__) || defined(SFTDP_CUDA_DECLS)
@@ -43,5 +45,7 @@ void copy_strided_rows(float* out, int ldo, const int32_t* oidx, const float* in
 namespace sftdp::cuda::act16 {  // the act16 twins, on `stream`
 void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C, cudaStream_t stream);   // (n,C) = ; (N,C) (n)
 void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C, cudaStream_t stream);  // (N,C) listed = ; (n,C)
+void copy_strided_rows(uint16_t* out, int ldo, const int32_t* oidx, const uint16_t* inp, int ldi, const int32_t* iidx,
+                       int n, int C, cudaStream_t stream);
 }  // namespace sftdp::cuda::act16
 #endif

@@ -39,6 +39,7 @@ struct ScratchShape {
   int NH = 0, KVH = 0, HS = 0;          // query heads, key/value heads, head size
   int qkv_dim = 0, attn_dim = 0;        // widths of the fused q|k|v rows and of attention's output
   int head_rows = 0;                    // rows per chunk of the fused LM head
+  int context_T = 0;                    // context parallelism: the gathered keys per row (0 without)
   int threads = 1;                      // CPU: OpenMP threads per rank
 };
 using ScratchBytes = size_t (*)(const ScratchShape& shape);
@@ -122,6 +123,10 @@ struct Ops {
     decltype(&cpu::act16::cross_entropy_fwd_bwd) cross_entropy_fwd_bwd;
     decltype(&cpu::act16::gather_rows) gather_rows;
     decltype(&cpu::act16::scatter_rows) scatter_rows;
+    // context parallelism (its attention for head sizes on tensor cores; the k/v moves)
+    decltype(&cpu::act16::attention_cp_fwd) attention_cp_fwd;
+    decltype(&cpu::act16::attention_cp_bwd) attention_cp_bwd;
+    decltype(&cpu::act16::copy_strided_rows) copy_strided_rows;
   } act16;
   // --- CUDA graphs (kernels/cuda/graphs.cu; null in the CPU tables, which run every pass as it comes) ---
   // A capture records what the table queues between begin and end without running it; launch queues all of it

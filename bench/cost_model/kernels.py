@@ -72,6 +72,13 @@ def _elem(ctype):  # bytes of the element a recorded pointer type points to: bf1
     return 2 if ("bfloat16" in ctype or "unsigned short" in ctype) else 4
 
 
+def _tc_pairs(a):
+    """(query tile, key tile) pairs an attention_tc launch visits per (b, h): the causal triangle of the whole rows, or
+    with context parallelism (Tq < Tk) this rank's share of it: the balanced split (model/context_split.h) gives each
+    of the Tk/Tq ranks of the group the same causal work, within a tile per chunk."""
+    return tile_pairs(a.Tk) * a.Tq // a.Tk
+
+
 def _tc_out(a, f32_name):  # bytes per element an attention_tc kernel writes: fp32 to f32_name, else bf16 to its twin
     return 2 if a.null(f32_name) else F4
 KERNELS = {
@@ -219,27 +226,29 @@ KERNELS = {
         lambda a: _attn_b(a, a.KVH) * a.T * (_elem(a.types["qkv"]) * (2 * a.NH + 4 * a.KVH) * a.HS
                                              + 2 * F4 * a.NH)),
     # attention/tensor_cores.cu (kernels in tc_forward.cuh, tc_backward.cuh), tensor cores on bf16 q|k|v and dO: the fp32 interface's copies (the casts are
-    # fp32_to_bf16_kernel lines) or act16's tensors themselves. Outputs fp32 (out, dqkv) or bf16 (out16, dqkv16,
-    # act16), the other pointer null (_tc_out). Grid (tiles, heads, B); whole 64x64 tiles on and below the
-    # diagonal are computed (tile_pairs): forward S = QKᵀ and O += PV (2 GEMMs), dK/dV: Sᵀ, dPᵀ, dV, dK (4), dQ: S,
-    # dP, dQ (3), each 2·64·64·HS per tile pair. HS from the dynamic shared memory (the template argument is not a
-    # kernel argument; its bytes past the tiles: kFwdExtraBytes, kDkvExtraBytes, kDqExtraBytes). With segments tiles
-    # whose segment ranges do not meet are skipped: an upper bound then.
+    # fp32_to_bf16_kernel lines) or act16's tensors themselves. Outputs fp32 (out, dqkv, dkv) or bf16 (out16, dqkv16,
+    # dkv16, act16), the other pointer null (_tc_out). Grid (tiles, heads, B); whole 64x64 tiles on and below the
+    # diagonal are computed (_tc_pairs): forward S = QKᵀ and O += PV (2 GEMMs), dK/dV: Sᵀ, dPᵀ, dV, dK (4), dQ: S,
+    # dP, dQ (3), each 2·64·64·HS per tile pair. Tq query rows against Tk key rows: the whole rows (Tq = Tk = T) or
+    # context parallelism (a rank's Tq rows against the group's Tk gathered keys and values, laid out in `lay`). HS
+    # from the dynamic shared memory (the template argument is not a kernel argument; its bytes past the tiles:
+    # kFwdExtraBytes, kDkvExtraBytes, kDqExtraBytes). With segments tiles whose segment ranges do not meet are
+    # skipped: an upper bound then.
     "attention_tc_fwd_kernel": K(
-        "attention/tc_forward.cuh", "out out16 lse qkv seg ranges T NH KVH scale scale_log2", "attention_tc",
-        lambda a: 2 * 2 * 64 * 64 * tc_head_size(a.smem, 5, 10496) * a.grid[2] * a.NH * tile_pairs(a.T),
-        lambda a: a.grid[2] * a.T * ((2 * (a.NH + 2 * a.KVH) + _tc_out(a, "out") * a.NH)
-                                     * tc_head_size(a.smem, 5, 10496) + F4 * a.NH)),
+        "attention/tc_forward.cuh", "out out16 lse qkv lay Tq Tk NH KVH scale scale_log2", "attention_tc",
+        lambda a: 2 * 2 * 64 * 64 * tc_head_size(a.smem, 5, 10496) * a.grid[2] * a.NH * _tc_pairs(a),
+        lambda a: a.grid[2] * (a.Tq * ((2 + _tc_out(a, "out")) * a.NH * tc_head_size(a.smem, 5, 10496) + F4 * a.NH)
+                               + a.Tk * 2 * 2 * a.KVH * tc_head_size(a.smem, 5, 10496))),
     "attention_tc_bwd_dkv_kernel": K(
-        "attention/tc_backward.cuh", "dqkv dqkv16 qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
-        lambda a: 4 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 9728) * a.grid[2] * a.NH * tile_pairs(a.T),
-        lambda a: a.grid[2] * a.T * ((2 * (2 * a.NH + 2 * a.KVH) + 2 * _tc_out(a, "dqkv") * a.KVH)
-                                     * tc_head_size(a.smem, 6, 9728) + 2 * F4 * a.NH)),
+        "attention/tc_backward.cuh", "dkv dkv16 qkv dout lse delta lay Tq Tk NH KVH scale scale_log2", "attention_tc",
+        lambda a: 4 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 10240) * a.grid[2] * a.NH * _tc_pairs(a),
+        lambda a: a.grid[2] * (a.Tq * (2 * 2 * a.NH * tc_head_size(a.smem, 6, 10240) + 2 * F4 * a.NH)
+                               + a.Tk * (2 + _tc_out(a, "dkv")) * 2 * a.KVH * tc_head_size(a.smem, 6, 10240))),
     "attention_tc_bwd_dq_kernel": K(
-        "attention/tc_backward.cuh", "dqkv dqkv16 qkv dout lse delta seg ranges T NH KVH scale scale_log2", "attention_tc",
-        lambda a: 3 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 8704) * a.grid[2] * a.NH * tile_pairs(a.T),
-        lambda a: a.grid[2] * a.T * ((2 * (2 * a.NH + 2 * a.KVH) + _tc_out(a, "dqkv") * a.NH)
-                                     * tc_head_size(a.smem, 6, 8704) + 2 * F4 * a.NH)),
+        "attention/tc_backward.cuh", "dqkv dqkv16 qkv dout lse delta lay Tq Tk NH KVH scale scale_log2", "attention_tc",
+        lambda a: 3 * 2 * 64 * 64 * tc_head_size(a.smem, 6, 8704) * a.grid[2] * a.NH * _tc_pairs(a),
+        lambda a: a.grid[2] * (a.Tq * ((2 * 2 + _tc_out(a, "dqkv")) * a.NH * tc_head_size(a.smem, 6, 8704) + 2 * F4 * a.NH)
+                               + a.Tk * 2 * 2 * a.KVH * tc_head_size(a.smem, 6, 8704))),
     # D = Σ bf16(dO)·O per (b, t, h) row, O fp32 (the fp32 interface) or bf16 (act16)
     "attention_tc_bwd_delta_kernel": K("attention/tc_backward.cuh", "delta dout out rows T NH HS", "attention_tc",
                                        lambda a: 2 * a.rows * a.HS,
@@ -271,9 +280,9 @@ KERNELS = {
                        "attention_cuda", lambda a: 10 * a.HS * (a.NH // a.KVH) * a.grid[0] * a.Tq // 2,
                        lambda a: F4 * (a.grid[0] // (a.Tk * a.KVH) * (a.Tq * (3 * a.NH * a.HS + a.NH)
                                                                         + 2 * a.Tk * 2 * a.KVH * a.HS))),
-    # gather.cu: context parallelism's k/v moves, n rows of C floats (an index per listed side)
+    # gather.cu: context parallelism's k/v moves, n rows of C floats or bf16 (act16) (an index per listed side)
     "copy_strided_rows_kernel": K("gather.cu", "out ldo oidx inp ldi iidx n C", "memory", lambda a: 0,
-                                  lambda a: 2 * F4 * a.n * a.C
+                                  lambda a: 2 * _elem(a.types["out"]) * a.n * a.C
                                   + F4 * a.n * ((not a.null("oidx")) + (not a.null("iidx")))),
     "attention_tc_segment_ranges_kernel": K("attention/tc_forward.cuh", "ranges seg T", "memory",
                                             lambda a: 0, lambda a: F4 * a.grid[1] * a.T + 8 * a.grid[0] * a.grid[1]),

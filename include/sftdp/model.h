@@ -169,6 +169,8 @@ enum class ActivationStorage {
                     // the LM head's logits bf16 at a padded stride); the residual stream, its gradient and every
                     // gradient sum stay fp32. Remat works as without.
 };
+// The choice a model made with these arguments makes (Model's constructor asks it; the memory plan too).
+ActivationStorage activation_storage_for(const Ops& ops, bool bf16_activations, bool remat, const LoraSpec& lora);
 
 // One event of a pass, in the order every rank makes them (Model::unit_schedule): a unit's
 // parameters are needed from now on (kUse), or a trainable unit's gradient sums are final for this
@@ -402,6 +404,11 @@ class Model {
   void attention_forward(float* out, float* lse, const float* qkv, int B, int NH, int KVH, int HS);
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                           int NH, int KVH, int HS);
+  // The same on the act16 path (ops_.act16's attention; with context parallelism the keys and values are gathered
+  // as bf16 and their gradients reduce-scattered in fp32, rounded once into dqkv).
+  void attention_forward16(uint16_t* out, float* lse, const uint16_t* qkv, int B, int NH, int KVH, int HS);
+  void attention_backward16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
+                            const float* lse, int B, int NH, int KVH, int HS);
 
   config::ModelDims d_;
   const Ops& ops_;
@@ -492,6 +499,7 @@ class Model {
   std::unique_ptr<ContextParallel> cp_;
   // Every position's k/v heads, in position order, from the group's rows of qkv (this pass's layer).
   void gather_keys_values(const float* qkv, int B, int NH, int KVH, int HS);
+  void gather_keys_values16(const uint16_t* qkv, int B, int NH, int KVH, int HS);  // the act16 path's, bf16
   // The share of `full` this rank computes: full itself, or with context parallelism its positions
   // (the group's segments kept for the keys).
   const data::Batch& share_of(const data::Batch& full, data::Batch& local);
@@ -524,8 +532,8 @@ Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T
 // lora: adapters on a frozen base (LoraSpec; rank 0: none).
 // zero_stage 2 or 3: see Model::zero_stage(). bf16_weights: see Model::bf16_weights().
 // Bytes set_context_parallel adds for B rows of T positions over a group of cp ranks (0 when cp is 1): the
-// gathered keys and values and their gradients, in fp32, and the index tables.
-size_t context_parallel_bytes(const config::ModelDims& d, int B, int T, int cp);
+// gathered keys and values (bf16 on the act16 path: bf16_keys) and their gradients in fp32, and the index tables.
+size_t context_parallel_bytes(const config::ModelDims& d, int B, int T, int cp, bool bf16_keys = false);
 
 std::unique_ptr<Model> make_model(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat = false,
                                   bool bf16_activations = false, const LoraSpec& lora = {}, int zero_stage = 0,

@@ -15,6 +15,8 @@
 //     P = exp2(fma(S, s2, −lse·log2 e)) (0 where invisible), dS = P·(dP − D), dV = Σ bf16(P)·bf16(dO) and
 //     dK = scale·Σ bf16(dS)·bf16(q) over the group's heads in increasing h, then queries in increasing
 //     chunks; dQ = scale·Σ bf16(dS)·bf16(k) over keys in increasing chunks.
+// Context parallelism (attention_cp_{fwd,bwd}_bf16): the same arithmetic for a rank's query rows at their global
+// positions against the gathered keys and values (a View says where each is, as the GPU's Layout does).
 // Built with -ffp-contract=off (CMakeLists.txt): every other a·b + c rounds twice, as written. Other head
 // sizes: the fp32 attention (kernels/cpu/attention.cpp) of bf16-rounded inputs, as the GPU's fallback.
 // The act16 twins (cpu::act16::attention_{fwd,bwd}, kernels/act16.h): bf16 q|k|v, dO and O widened exactly, then on
@@ -63,22 +65,60 @@ float mma_dot(const float* a, const float* b, int HS) {
   return acc;
 }
 
-// Per batch row: the (min, max) segment id of each 64-row tile, and whether two tiles' ranges meet.
-struct TileRanges {
-  std::vector<int32_t> lo, hi;
-  bool meet(int qt, int kt) const { return lo.empty() || (lo[qt] <= hi[kt] && lo[kt] <= hi[qt]); }
+// Where the queries, keys and values are (the CUDA kernels' Geometry, kernels/cuda/attention/tc_tiles.cuh): the whole
+// rows (query row t at position t, K and V the k/v heads of the same rows, Tq = Tk) or context parallelism (Tq query
+// rows at increasing positions qpos against Tk gathered rows of K and V). All inputs already rounded to bf16.
+struct View {
+  const float* q;  // (B, Tq, QKV): the q heads are read
+  const float* kv;  // (B, Tk, kv_ld)
+  int kv_ld, k_col, v_col;  // the row stride of kv, the columns of k head 0 and v head 0
+  const int32_t* qpos;  // (Tq) or null: row t at position t
+  const int32_t *seg_q, *seg_k;  // (B, Tq), (B, Tk) or both null
+  int B, Tq, Tk, NH, KVH, HS;
+  int QKV() const { return (NH + 2 * KVH) * HS; }
+  int pos(int t) const { return qpos ? qpos[t] : t; }
+  int q_tiles() const { return (Tq + kTile - 1) / kTile; }
+  int k_tiles() const { return (Tk + kTile - 1) / kTile; }
+  // The last key tile that query tile qt may see: the one holding its last row's position.
+  int last_key_tile(int qt) const {
+    return std::min(pos(std::min(qt * kTile + kTile - 1, Tq - 1)) / kTile, k_tiles() - 1);
+  }
+  const float* key(int b, int j, int kvh) const {
+    return kv + (static_cast<size_t>(b) * Tk + j) * kv_ld + k_col + kvh * HS;
+  }
+  const float* value(int b, int j, int kvh) const {
+    return kv + (static_cast<size_t>(b) * Tk + j) * kv_ld + v_col + kvh * HS;
+  }
 };
-TileRanges tile_ranges(const int32_t* seg_row, int T) {
-  TileRanges r;
-  if (!seg_row) return r;
+
+// Per batch row: the (min, max) segment id of each 64-row tile of the queries and of the keys, and whether a query
+// tile's range meets a key tile's.
+struct TileRanges {
+  std::vector<int32_t> qlo, qhi, klo, khi;
+  bool meet(int qt, int kt) const { return qlo.empty() || (qlo[qt] <= khi[kt] && klo[kt] <= qhi[qt]); }
+};
+void ranges_of(std::vector<int32_t>& lo, std::vector<int32_t>& hi, const int32_t* seg_row, int T) {
   const int tiles = (T + kTile - 1) / kTile;
-  r.lo.assign(tiles, std::numeric_limits<int32_t>::max());
-  r.hi.assign(tiles, std::numeric_limits<int32_t>::min());
+  lo.assign(tiles, std::numeric_limits<int32_t>::max());
+  hi.assign(tiles, std::numeric_limits<int32_t>::min());
   for (int t = 0; t < T; ++t)
-    r.lo[t / kTile] = std::min(r.lo[t / kTile], seg_row[t]), r.hi[t / kTile] = std::max(r.hi[t / kTile], seg_row[t]);
+    lo[t / kTile] = std::min(lo[t / kTile], seg_row[t]), hi[t / kTile] = std::max(hi[t / kTile], seg_row[t]);
+}
+TileRanges tile_ranges(const View& v, int b) {
+  TileRanges r;
+  if (!v.seg_q) return r;
+  ranges_of(r.qlo, r.qhi, v.seg_q + static_cast<size_t>(b) * v.Tq, v.Tq);
+  ranges_of(r.klo, r.khi, v.seg_k + static_cast<size_t>(b) * v.Tk, v.Tk);
   return r;
 }
 
+// Whether query row t of batch row b sees key j.
+bool visible(const View& v, int b, int t, int j) {
+  return t < v.Tq && j < v.Tk && j <= v.pos(t) &&
+         (!v.seg_q || v.seg_k[static_cast<size_t>(b) * v.Tk + j] == v.seg_q[static_cast<size_t>(b) * v.Tq + t]);
+}
+
+// Whether position t of one whole row (segment ids seg_row, may be null) sees position j.
 bool visible(int t, int j, int T, const int32_t* seg_row) {
   return j <= t && j < T && t < T && (!seg_row || seg_row[j] == seg_row[t]);
 }
@@ -88,35 +128,28 @@ void check_dims(const char* op, int B, int T, int NH, int KVH, int HS) {
                std::string(op) + ": need T, HS > 0 and NH a positive multiple of KVH");
 }
 
-}  // namespace
-
-void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
-                        int HS) {
-  check_dims("attention_fwd_bf16", B, T, NH, KVH, HS);
-  const int QKV = (NH + 2 * KVH) * HS, G = NH / KVH, OC = NH * HS;
-  const std::vector<float> x = attention_tiles::bf16_rounded(qkv, static_cast<size_t>(B) * T * QKV);
-  if (!attention_bf16::tensor_cores(HS)) return attention_fwd(out, lse, x.data(), seg, B, T, NH, KVH, HS);
+// The tensor-core forward (out (B, Tq, NH·HS) =, lse (B, NH, Tq) =).
+void tc_forward(float* out, float* lse, const View& v) {
+  const int QKV = v.QKV(), G = v.NH / v.KVH, OC = v.NH * v.HS, HS = v.HS, NH = v.NH;
   const float scale = attention_bf16::scale(HS), s2 = attention_bf16::scale_log2(HS);
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
+  for (int b = 0; b < v.B; ++b)
     for (int h = 0; h < NH; ++h) {
-      const float* rows = x.data() + static_cast<size_t>(b) * T * QKV;
-      const int32_t* sg = seg ? seg + static_cast<size_t>(b) * T : nullptr;
-      const TileRanges ranges = tile_ranges(sg, T);
-      const int ko = (NH + h / G) * HS, vo = (NH + KVH + h / G) * HS;
+      const float* rows = v.q + static_cast<size_t>(b) * v.Tq * QKV;
+      const TileRanges ranges = tile_ranges(v, b);
       std::vector<float> o(HS), s(kTile);
-      for (int t = 0; t < T; ++t) {
+      for (int t = 0; t < v.Tq; ++t) {
         const float* q = rows + static_cast<size_t>(t) * QKV + h * HS;
         float m = kMasked, l = 0.f;
         std::fill(o.begin(), o.end(), 0.f);
         const int qt = t / kTile;
-        for (int kt = 0; kt <= qt; ++kt) {
+        for (int kt = 0; kt <= v.last_key_tile(qt); ++kt) {
           if (!ranges.meet(qt, kt)) continue;
           const int k0 = kt * kTile;
           float mx = m;
           for (int c = 0; c < kTile; ++c) {
             const int j = k0 + c;
-            s[c] = visible(t, j, T, sg) ? mma_dot(q, rows + static_cast<size_t>(j) * QKV + ko, HS) : kMasked;
+            s[c] = visible(v, b, t, j) ? mma_dot(q, v.key(b, j, h / G), HS) : kMasked;
             mx = std::max(mx, s[c]);  // max is exact in any order
           }
           const float shift = mx == kMasked ? 0.f : mx * s2;
@@ -133,47 +166,43 @@ void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t*
           l = std::fma(l, alpha, (lane[0] + lane[1]) + (lane[2] + lane[3]));
           for (int i = 0; i < HS; ++i) o[i] *= alpha;
           for (int c = 0; c < kTile; ++c) s[c] = round_bf16(s[c]);
-          for (int c0 = 0; c0 < kTile; c0 += kChunk)  // O += bf16(P)·V; keys past T are zero rows on the GPU
+          for (int c0 = 0; c0 < kTile; c0 += kChunk)  // O += bf16(P)·V; keys past Tk are zero rows on the GPU
             for (int i = 0; i < HS; ++i) {
               double d = o[i];
               for (int c = c0; c < c0 + kChunk; ++c)
-                if (k0 + c < T) d += static_cast<double>(s[c]) * rows[static_cast<size_t>(k0 + c) * QKV + vo + i];
+                if (k0 + c < v.Tk) d += static_cast<double>(s[c]) * v.value(b, k0 + c, h / G)[i];
               o[i] = static_cast<float>(d);
             }
         }
         const float inv = 1.f / l;
-        float* orow = out + (static_cast<size_t>(b) * T + t) * OC + h * HS;
+        float* orow = out + (static_cast<size_t>(b) * v.Tq + t) * OC + h * HS;
         for (int i = 0; i < HS; ++i) orow[i] = o[i] * inv;
-        lse[(static_cast<size_t>(b) * NH + h) * T + t] = std::fma(m, scale, std::log(l));
+        lse[(static_cast<size_t>(b) * NH + h) * v.Tq + t] = std::fma(m, scale, std::log(l));
       }
     }
 }
 
-void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        const int32_t* seg, int B, int T, int NH, int KVH, int HS) {
-  check_dims("attention_bwd_bf16", B, T, NH, KVH, HS);
-  const int QKV = (NH + 2 * KVH) * HS, G = NH / KVH, OC = NH * HS;
-  const std::vector<float> x = attention_tiles::bf16_rounded(qkv, static_cast<size_t>(B) * T * QKV);
-  const std::vector<float> g = attention_tiles::bf16_rounded(dout, static_cast<size_t>(B) * T * OC);
-  if (!attention_bf16::tensor_cores(HS))
-    return attention_bwd(dqkv, g.data(), x.data(), out, lse, seg, B, T, NH, KVH, HS);
+// The tensor-core backward: dq's q heads (B, Tq, QKV) =, dkv (laid out as v.kv) = dK and dV (the whole rows: dq and
+// dkv are the same dqkv). g: the rounded dO (B, Tq, NH·HS); out: the forward's output as D reads it.
+void tc_backward(float* dq_rows, float* dkv, const float* g, const float* out, const float* lse, const View& v) {
+  const int QKV = v.QKV(), G = v.NH / v.KVH, OC = v.NH * v.HS, HS = v.HS, NH = v.NH, Tq = v.Tq, Tk = v.Tk;
   const float scale = attention_bf16::scale(HS), s2 = attention_bf16::scale_log2(HS);
-  const int tiles = (T + kTile - 1) / kTile, Tp = tiles * kTile;  // padded to whole tiles, as on the GPU
+  const int Tqp = v.q_tiles() * kTile, Tkp = v.k_tiles() * kTile;  // padded to whole tiles, as on the GPU
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int kvh = 0; kvh < KVH; ++kvh) {
-      const size_t bT = static_cast<size_t>(b) * T;
-      const float* rows = x.data() + bT * QKV;
-      const float* grows = g.data() + bT * OC;
-      const int32_t* sg = seg ? seg + bT : nullptr;
-      const TileRanges ranges = tile_ranges(sg, T);
-      const int ko = (NH + kvh) * HS, vo = (NH + KVH + kvh) * HS;
-      std::vector<float> P(static_cast<size_t>(Tp) * Tp), dS(static_cast<size_t>(Tp) * Tp), D(T);
-      std::vector<float> dk(static_cast<size_t>(T) * HS, 0.f), dv(static_cast<size_t>(T) * HS, 0.f);
+  for (int b = 0; b < v.B; ++b)
+    for (int kvh = 0; kvh < v.KVH; ++kvh) {
+      const size_t bTq = static_cast<size_t>(b) * Tq;
+      const float* rows = v.q + bTq * QKV;
+      const float* grows = g + bTq * OC;
+      const TileRanges ranges = tile_ranges(v, b);
+      // query tile qt reads key tile kt
+      const auto reads = [&](int qt, int kt) { return kt <= v.last_key_tile(qt) && ranges.meet(qt, kt); };
+      std::vector<float> P(static_cast<size_t>(Tqp) * Tkp), dS(static_cast<size_t>(Tqp) * Tkp), D(Tq);
+      std::vector<float> dk(static_cast<size_t>(Tk) * HS, 0.f), dv(static_cast<size_t>(Tk) * HS, 0.f);
       for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
-        for (int t = 0; t < T; ++t) {  // D: 32 lanes' fma sums, then the butterfly
+        for (int t = 0; t < Tq; ++t) {  // D: 32 lanes' fma sums, then the butterfly
           const float* gr = grows + static_cast<size_t>(t) * OC + h * HS;
-          const float* orow = out + (bT + t) * OC + h * HS;
+          const float* orow = out + (bTq + t) * OC + h * HS;
           float lane[32];
           for (int l = 0; l < 32; ++l) {
             lane[l] = 0.f;
@@ -186,47 +215,44 @@ void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const 
           }
           D[t] = lane[0];
         }
-        // P and dS (rounded to bf16, as the GEMMs read them) for every pair; 0 past T and where invisible
+        // P and dS (rounded to bf16, as the GEMMs read them) for every pair; 0 past the ends and where invisible
         std::fill(P.begin(), P.end(), 0.f);
         std::fill(dS.begin(), dS.end(), 0.f);
-        const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * T;
-        for (int t = 0; t < T; ++t)
-          for (int j = 0; j <= t; ++j) {
-            if (!visible(t, j, T, sg) || !ranges.meet(t / kTile, j / kTile)) continue;
+        const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * Tq;
+        for (int t = 0; t < Tq; ++t)
+          for (int j = 0; j < Tk; ++j) {
+            if (!visible(v, b, t, j) || !reads(t / kTile, j / kTile)) continue;
             const float* q = rows + static_cast<size_t>(t) * QKV + h * HS;
-            const float sc = mma_dot(q, rows + static_cast<size_t>(j) * QKV + ko, HS);
+            const float sc = mma_dot(q, v.key(b, j, kvh), HS);
             const float p = std::exp2(std::fma(sc, s2, -(lse_h[t] * kLog2e)));
-            const float dp =
-                mma_dot(grows + static_cast<size_t>(t) * OC + h * HS, rows + static_cast<size_t>(j) * QKV + vo, HS);
-            P[static_cast<size_t>(t) * Tp + j] = round_bf16(p);
-            dS[static_cast<size_t>(t) * Tp + j] = round_bf16(p * (dp - D[t]));
+            const float dp = mma_dot(grows + static_cast<size_t>(t) * OC + h * HS, v.value(b, j, kvh), HS);
+            P[static_cast<size_t>(t) * Tkp + j] = round_bf16(p);
+            dS[static_cast<size_t>(t) * Tkp + j] = round_bf16(p * (dp - D[t]));
           }
         // dQ of head h: keys in chunks of 16, increasing
-        for (int t = 0; t < T; ++t) {
-          float* dq = dqkv + (bT + t) * QKV + h * HS;
+        for (int t = 0; t < Tq; ++t) {
+          float* dq = dq_rows + (bTq + t) * QKV + h * HS;
           for (int i = 0; i < HS; ++i) {
             float acc = 0.f;
-            for (int j0 = 0; j0 < Tp; j0 += kChunk) {
-              if (j0 / kTile > t / kTile || !ranges.meet(t / kTile, j0 / kTile)) continue;  // a tile never read
+            for (int j0 = 0; j0 < Tkp; j0 += kChunk) {
+              if (!reads(t / kTile, j0 / kTile)) continue;  // a tile never read
               double d = acc;
-              for (int j = j0; j < j0 + kChunk; ++j)
-                if (j < T)
-                  d += static_cast<double>(dS[static_cast<size_t>(t) * Tp + j]) *
-                       rows[static_cast<size_t>(j) * QKV + ko + i];
+              for (int j = j0; j < j0 + kChunk && j < Tk; ++j)
+                d += static_cast<double>(dS[static_cast<size_t>(t) * Tkp + j]) * v.key(b, j, kvh)[i];
               acc = static_cast<float>(d);
             }
             dq[i] = acc * scale;
           }
         }
         // dK, dV of the k/v head: this head's queries in chunks of 16, increasing, after the heads before it
-        for (int j = 0; j < T; ++j)
+        for (int j = 0; j < Tk; ++j)
           for (int i = 0; i < HS; ++i) {
             float ak = dk[static_cast<size_t>(j) * HS + i], av = dv[static_cast<size_t>(j) * HS + i];
-            for (int t0 = 0; t0 < Tp; t0 += kChunk) {
-              if (t0 / kTile < j / kTile || !ranges.meet(t0 / kTile, j / kTile)) continue;  // a tile never read
+            for (int t0 = 0; t0 < Tqp; t0 += kChunk) {
+              if (!reads(t0 / kTile, j / kTile)) continue;  // a tile never read
               double dK = ak, dV = av;
-              for (int t = t0; t < t0 + kChunk && t < T; ++t) {
-                const size_t tj = static_cast<size_t>(t) * Tp + j;
+              for (int t = t0; t < t0 + kChunk && t < Tq; ++t) {
+                const size_t tj = static_cast<size_t>(t) * Tkp + j;
                 dK += static_cast<double>(dS[tj]) * rows[static_cast<size_t>(t) * QKV + h * HS + i];
                 dV += static_cast<double>(P[tj]) * grows[static_cast<size_t>(t) * OC + h * HS + i];
               }
@@ -235,12 +261,64 @@ void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const 
             dk[static_cast<size_t>(j) * HS + i] = ak, dv[static_cast<size_t>(j) * HS + i] = av;
           }
       }
-      for (int j = 0; j < T; ++j)
+      for (int j = 0; j < Tk; ++j) {
+        float* row = dkv + (static_cast<size_t>(b) * Tk + j) * v.kv_ld;
         for (int i = 0; i < HS; ++i) {
-          dqkv[(bT + j) * QKV + ko + i] = dk[static_cast<size_t>(j) * HS + i] * scale;
-          dqkv[(bT + j) * QKV + vo + i] = dv[static_cast<size_t>(j) * HS + i];
+          row[v.k_col + kvh * HS + i] = dk[static_cast<size_t>(j) * HS + i] * scale;
+          row[v.v_col + kvh * HS + i] = dv[static_cast<size_t>(j) * HS + i];
         }
+      }
     }
+}
+
+View whole_rows(const float* x, const int32_t* seg, int B, int T, int NH, int KVH, int HS) {
+  return {x, x, (NH + 2 * KVH) * HS, NH * HS, (NH + KVH) * HS, nullptr, seg, seg, B, T, T, NH, KVH, HS};
+}
+
+}  // namespace
+
+void attention_fwd_bf16(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
+                        int HS) {
+  check_dims("attention_fwd_bf16", B, T, NH, KVH, HS);
+  const std::vector<float> x = attention_tiles::bf16_rounded(qkv, static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS);
+  if (!attention_bf16::tensor_cores(HS)) return attention_fwd(out, lse, x.data(), seg, B, T, NH, KVH, HS);
+  tc_forward(out, lse, whole_rows(x.data(), seg, B, T, NH, KVH, HS));
+}
+
+void attention_bwd_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        const int32_t* seg, int B, int T, int NH, int KVH, int HS) {
+  check_dims("attention_bwd_bf16", B, T, NH, KVH, HS);
+  const std::vector<float> x = attention_tiles::bf16_rounded(qkv, static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS);
+  const std::vector<float> g = attention_tiles::bf16_rounded(dout, static_cast<size_t>(B) * T * NH * HS);
+  if (!attention_bf16::tensor_cores(HS))
+    return attention_bwd(dqkv, g.data(), x.data(), out, lse, seg, B, T, NH, KVH, HS);
+  tc_backward(dqkv, dqkv, g.data(), out, lse, whole_rows(x.data(), seg, B, T, NH, KVH, HS));
+}
+
+void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                           const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
+  check_dims("attention_cp_fwd_bf16", B, Tq, NH, KVH, HS);
+  const int KV = 2 * KVH * HS;
+  const auto x = attention_tiles::bf16_rounded(qkv, static_cast<size_t>(B) * Tq * (NH + 2 * KVH) * HS);
+  const auto k = attention_tiles::bf16_rounded(kv, static_cast<size_t>(B) * Tk * KV);
+  if (!attention_bf16::tensor_cores(HS))
+    return attention_cp_fwd(out, lse, x.data(), k.data(), qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS);
+  tc_forward(out, lse, {x.data(), k.data(), KV, 0, KVH * HS, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS});
+}
+
+void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                           const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                           const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
+  check_dims("attention_cp_bwd_bf16", B, Tq, NH, KVH, HS);
+  const int KV = 2 * KVH * HS;
+  const auto x = attention_tiles::bf16_rounded(qkv, static_cast<size_t>(B) * Tq * (NH + 2 * KVH) * HS);
+  const auto k = attention_tiles::bf16_rounded(kv, static_cast<size_t>(B) * Tk * KV);
+  const auto g = attention_tiles::bf16_rounded(dout, static_cast<size_t>(B) * Tq * NH * HS);
+  if (!attention_bf16::tensor_cores(HS))
+    return attention_cp_bwd(dqkv, dkv, g.data(), x.data(), k.data(), out, lse, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH,
+                            HS);
+  tc_backward(dqkv, dkv, g.data(), out, lse, {x.data(), k.data(), KV, 0, KVH * HS, qpos, seg_q, seg_k, B, Tq, Tk, NH,
+                                              KVH, HS});
 }
 
 namespace act16 {
@@ -366,6 +444,33 @@ void attention_bwd(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, co
   else
     cuda_core_bwd(d.data(), g.data(), x.data(), o.data(), lse, seg, B, T, NH, KVH, HS);
   round_into(dqkv, d);
+}
+
+void attention_cp_fwd(uint16_t* out, float* lse, const uint16_t* qkv, const uint16_t* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
+  check_dims("act16::attention_cp_fwd", B, Tq, NH, KVH, HS);
+  SFTDP_ASSERT(attention_bf16::tensor_cores(HS), "act16::attention_cp_fwd: head sizes on tensor cores only");
+  const std::vector<float> x = widened(qkv, static_cast<size_t>(B) * Tq * (NH + 2 * KVH) * HS);
+  const std::vector<float> k = widened(kv, static_cast<size_t>(B) * Tk * 2 * KVH * HS);
+  std::vector<float> o(static_cast<size_t>(B) * Tq * NH * HS);
+  attention_cp_fwd_bf16(o.data(), lse, x.data(), k.data(), qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS);
+  round_into(out, o);
+}
+
+void attention_cp_bwd(uint16_t* dqkv, float* dkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* kv,
+                      const uint16_t* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                      const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
+  check_dims("act16::attention_cp_bwd", B, Tq, NH, KVH, HS);
+  SFTDP_ASSERT(attention_bf16::tensor_cores(HS), "act16::attention_cp_bwd: head sizes on tensor cores only");
+  const int QKV = (NH + 2 * KVH) * HS, OC = NH * HS;
+  const size_t rows = static_cast<size_t>(B) * Tq, n_out = rows * OC;
+  const std::vector<float> x = widened(qkv, rows * QKV), g = widened(dout, n_out), o = widened(out, n_out);
+  const std::vector<float> k = widened(kv, static_cast<size_t>(B) * Tk * 2 * KVH * HS);
+  std::vector<float> d(rows * QKV);
+  attention_cp_bwd_bf16(d.data(), dkv, g.data(), x.data(), k.data(), o.data(), lse, qpos, seg_q, seg_k, B, Tq, Tk, NH,
+                        KVH, HS);
+  for (size_t r = 0; r < rows; ++r)
+    for (int i = 0; i < OC; ++i) dqkv[r * QKV + i] = to_bf16(d[r * QKV + i]);  // the q heads only
 }
 
 }  // namespace act16

@@ -29,7 +29,6 @@
 namespace sftdp::cpu {
 namespace {
 
-using attention_tiles::bf16_rounded;
 using attention_tiles::gemm;
 using attention_tiles::kCols;
 using attention_tiles::kMasked;
@@ -207,22 +206,6 @@ void attention_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* q
           }
       }
   }
-}
-
-void attention_cp_fwd_bf16(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
-                           const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
-  const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS, KV = 2 * static_cast<size_t>(KVH) * HS;
-  const auto q = bf16_rounded(qkv, static_cast<size_t>(B) * Tq * QKV), k = bf16_rounded(kv, static_cast<size_t>(B) * Tk * KV);
-  attention_cp_fwd(out, lse, q.data(), k.data(), qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS);
-}
-
-void attention_cp_bwd_bf16(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
-                           const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
-                           const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS) {
-  const size_t QKV = static_cast<size_t>(NH + 2 * KVH) * HS, KV = 2 * static_cast<size_t>(KVH) * HS;
-  const auto q = bf16_rounded(qkv, static_cast<size_t>(B) * Tq * QKV), k = bf16_rounded(kv, static_cast<size_t>(B) * Tk * KV);
-  const auto d = bf16_rounded(dout, static_cast<size_t>(B) * Tq * NH * HS);
-  attention_cp_bwd(dqkv, dkv, d.data(), q.data(), k.data(), out, lse, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS);
 }
 
 }  // namespace sftdp::cpu

@@ -46,6 +46,16 @@ void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n,
     std::memcpy(out + static_cast<size_t>(idx[i]) * row, inp + static_cast<size_t>(i) * row, row * sizeof(uint16_t));
 }
 
+
+void copy_strided_rows(uint16_t* out, int ldo, const int32_t* oidx, const uint16_t* inp, int ldi, const int32_t* iidx,
+                       int n, int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; ++i) {
+    const size_t o = static_cast<size_t>(oidx ? oidx[i] : i), r = static_cast<size_t>(iidx ? iidx[i] : i);
+    std::memcpy(out + o * static_cast<size_t>(ldo), inp + r * static_cast<size_t>(ldi),
+                static_cast<size_t>(C) * sizeof(uint16_t));
+  }
+}
 }  // namespace act16
 
 }  // namespace sftdp::cpu

@@ -114,6 +114,9 @@ const Ops& cpu_ops() {
               .cross_entropy_fwd_bwd = cpu::act16::cross_entropy_fwd_bwd,
               .gather_rows = cpu::act16::gather_rows,
               .scatter_rows = cpu::act16::scatter_rows,
+              .attention_cp_fwd = cpu::act16::attention_cp_fwd,
+              .attention_cp_bwd = cpu::act16::attention_cp_bwd,
+              .copy_strided_rows = cpu::act16::copy_strided_rows,
           },
       .graphs = {},  // every pass runs as it comes
       .scratch_bytes = host_scratch_bytes,

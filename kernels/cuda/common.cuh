@@ -63,7 +63,9 @@ enum class Scratch : int {
   kAttnDelta,         // attention/cuda_cores.cu, tensor_cores.cu: D per (b, h, t), backward
   kAttnQkv16,         // attention/tensor_cores.cu: bf16 copy of q, k, v
   kAttnDout16,        // attention/tensor_cores.cu: bf16 copy of dO, backward
-  kAttnRanges,        // attention/tensor_cores.cu: (min, max) segment id per 64-row tile
+  kAttnRanges,        // attention/tensor_cores.cu: (min, max) segment id per 64-row tile (of the queries)
+  kAttnKv16,          // attention/tensor_cores.cu: bf16 copy of context parallelism's gathered k, v
+  kAttnRangesKeys,    // attention/tensor_cores.cu: context parallelism's key tiles' segment ranges
   kEncoderBuckets,    // encoder.cu: token/position buckets built on the host
   kBlocksDone,        // reduce.cu: last_block_to_finish's counter (one unsigned, 0 between launches)
   kCount

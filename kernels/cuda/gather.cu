@@ -35,11 +35,12 @@ void copy_rows(T* out, const T* inp, const int32_t* idx, int n, int C, bool scat
 
 // Context parallelism's moves: a warp per row, element by element (rows of 2·KVH·HS floats at strides that
 // need not keep 16-byte alignment).
-__global__ void copy_strided_rows_kernel(float* out, int ldo, const int32_t* oidx, const float* inp, int ldi,
+template <class E>  // float, or __nv_bfloat16 (act16)
+__global__ void copy_strided_rows_kernel(E* out, int ldo, const int32_t* oidx, const E* inp, int ldi,
                                          const int32_t* iidx, int n, int C) {
   for_each_row_by_warp(static_cast<size_t>(n), [&](size_t i, int lane) {
-    float* dst = out + static_cast<size_t>(oidx ? oidx[i] : i) * ldo;
-    const float* src = inp + static_cast<size_t>(iidx ? iidx[i] : i) * ldi;
+    E* dst = out + static_cast<size_t>(oidx ? oidx[i] : i) * ldo;
+    const E* src = inp + static_cast<size_t>(iidx ? iidx[i] : i) * ldi;
     for (int c = lane; c < C; c += kWarp) dst[c] = src[c];
   });
 }
@@ -60,7 +61,8 @@ void scatter_rows(float* out, const float* inp, const int32_t* idx, int n, int C
 void copy_strided_rows(float* out, int ldo, const int32_t* oidx, const float* inp, int ldi, const int32_t* iidx, int n,
                        int C, cudaStream_t stream) {
   if (n <= 0 || C <= 0) return;
-  SFTDP_LAUNCH(copy_strided_rows_kernel, row_blocks(n, kBlock), kBlock, 0, stream, out, ldo, oidx, inp, ldi, iidx, n, C);
+  SFTDP_LAUNCH(copy_strided_rows_kernel<float>, row_blocks(n, kBlock), kBlock, 0, stream, out, ldo, oidx, inp, ldi,
+               iidx, n, C);
   CHECK_LAUNCH();
 }
 
@@ -72,6 +74,14 @@ void gather_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, 
 
 void scatter_rows(uint16_t* out, const uint16_t* inp, const int32_t* idx, int n, int C, cudaStream_t stream) {
   copy_rows(bf16(out), bf16(inp), idx, n, C, /*scatter=*/true, stream);
+}
+
+void copy_strided_rows(uint16_t* out, int ldo, const int32_t* oidx, const uint16_t* inp, int ldi, const int32_t* iidx,
+                       int n, int C, cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return;
+  SFTDP_LAUNCH(copy_strided_rows_kernel<__nv_bfloat16>, row_blocks(n, kBlock), kBlock, 0, stream, bf16(out), ldo, oidx,
+               bf16(inp), ldi, iidx, n, C);
+  CHECK_LAUNCH();
 }
 
 }  // namespace act16

@@ -130,11 +130,11 @@ constexpr Ops make_cuda_ops() {
       .gather_rows = on_stream<&cpu::gather_rows, &cuda::gather_rows>(),
       .scatter_rows = on_stream<&cpu::scatter_rows, &cuda::scatter_rows>(),
       .copy_strided_rows = on_stream<&cpu::copy_strided_rows, &cuda::copy_strided_rows>(),
-      // context parallelism: on CUDA cores; the bf16 table's reads q, k, v and dO rounded to bf16 (its
-      // tensor-core attention has no context-parallel twin yet)
-      .attention_cp_fwd = bf16 ? on_stream<&cpu::attention_cp_fwd, &cuda::attention_cp_fwd_bf16>()
+      // context parallelism: the bf16 table's on tensor cores (as its whole-row attention), the fp32 table's on
+      // CUDA cores
+      .attention_cp_fwd = bf16 ? on_stream<&cpu::attention_cp_fwd, &cuda::attention_tc_cp_fwd>()
                                : on_stream<&cpu::attention_cp_fwd, &cuda::attention_cp_fwd>(),
-      .attention_cp_bwd = bf16 ? on_stream<&cpu::attention_cp_bwd, &cuda::attention_cp_bwd_bf16>()
+      .attention_cp_bwd = bf16 ? on_stream<&cpu::attention_cp_bwd, &cuda::attention_tc_cp_bwd>()
                                : on_stream<&cpu::attention_cp_bwd, &cuda::attention_cp_bwd>(),
       .adamw_update = on_stream<&cpu::adamw_update, &cuda::adamw_update>(),
       .sum_squares = on_stream<&cpu::sum_squares, &cuda::sum_squares>(),
@@ -169,6 +169,9 @@ constexpr Ops make_cuda_ops() {
                   on_stream<&cpu::act16::cross_entropy_fwd_bwd, &cuda::act16::cross_entropy_fwd_bwd>(),
               .gather_rows = on_stream<&cpu::act16::gather_rows, &cuda::act16::gather_rows>(),
               .scatter_rows = on_stream<&cpu::act16::scatter_rows, &cuda::act16::scatter_rows>(),
+              .attention_cp_fwd = on_stream<&cpu::act16::attention_cp_fwd, &cuda::act16::attention_cp_fwd>(),
+              .attention_cp_bwd = on_stream<&cpu::act16::attention_cp_bwd, &cuda::act16::attention_cp_bwd>(),
+              .copy_strided_rows = on_stream<&cpu::act16::copy_strided_rows, &cuda::act16::copy_strided_rows>(),
           },
       .graphs = {cuda::graph_usable, cuda::graph_begin, cuda::graph_end, cuda::graph_launch, cuda::graph_destroy},
       .scratch_bytes = &cuda::scratch_bytes<inputs>,

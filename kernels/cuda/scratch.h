@@ -31,9 +31,15 @@ size_t scratch_bytes(const ScratchShape& s) {
   const size_t N = size_t(s.B) * s.T, widest = std::max<size_t>({size_t(s.C), 2 * size_t(s.F), size_t(s.qkv_dim)});
   const size_t largest = std::max({N * widest, size_t(s.V) * s.C, size_t(s.head_rows) * s.V, 2 * size_t(s.F) * s.C});
   const size_t tiles = (size_t(s.T) + attention_bf16::kTile - 1) / attention_bf16::kTile;
-  const size_t attention_copies = bf16 && attention_bf16::tensor_cores(s.HS)
-                                      ? N * (size_t(s.qkv_dim) + s.attn_dim) * 2 + size_t(s.B) * tiles * 8
-                                      : 0;
+  // with context parallelism also of the gathered keys and values, and their tiles' ranges (kAttnKv16,
+  // kAttnRangesKeys)
+  const size_t context_keys = size_t(s.B) * s.context_T;
+  const size_t context_tiles = (size_t(s.context_T) + attention_bf16::kTile - 1) / attention_bf16::kTile;
+  const size_t attention_copies =
+      bf16 && attention_bf16::tensor_cores(s.HS)
+          ? N * (size_t(s.qkv_dim) + s.attn_dim) * 2 + size_t(s.B) * tiles * 8 +
+                context_keys * 2 * s.KVH * s.HS * 2 + size_t(s.B) * context_tiles * 8
+          : 0;
   const size_t dout_copy = std::max(N * widest, size_t(s.head_rows) * (s.V + 7)) * 2;  // its ld padded to 8
   const size_t bf16_copies = bf16 ? 2 * largest * 2 + dout_copy + attention_copies : 0;
   const size_t partials = (N / 128 + 1) * widest * 2 * sizeof(float);

@@ -10,12 +10,16 @@
 //             attention's backward gives this rank's query gradients and its part of every position's
 //             k/v gradient, which go back in member order and are reduce-scattered: each rank receives
 //             the group's sum for its own rows' k/v heads.
+// On the act16 path (bf16 activations) the k/v heads are gathered as bf16 (half the bytes) and attended on tensor
+// cores (act16::attention_cp_*); their gradients stay fp32 through the reduce-scatter and are rounded once, into
+// this rank's rows of dqkv.
 // K/V are gathered rather than passed around a ring: under GQA they are NH/KVH times smaller than the
 // queries (Llama 3's choice), and one all-gather per layer moves (n − 1)/n of them per rank, as a ring
 // would in n − 1 steps. Deterministic: copies, and the group's reduce-scatter, whose sums are in an
 // order fixed by the group size (bitwise the same run to run).
 #include <algorithm>
 
+#include "kernels/attention.h"
 #include "kernels/ops.h"
 #include "model/context_parallel.h"
 #include "sftdp/check.h"
@@ -28,7 +32,10 @@ void Model::set_context_parallel(const ContextSplit& split, comm::Group* group) 
   SFTDP_ASSERT(group && group->size() == split.n && group->index() == split.index,
                "set_context_parallel: the group is not the split's");
   SFTDP_ASSERT(split.local_T() == T_, "set_context_parallel: the model's T is not the split's local T");
-  SFTDP_ASSERT(act_storage_ != ActivationStorage::kBf16 && ops_.attention_cp_fwd && ops_.copy_strided_rows,
+  const bool act16 = act_storage_ == ActivationStorage::kBf16;
+  SFTDP_ASSERT(ops_.copy_strided_rows && (act16 ? ops_.act16.attention_cp_fwd && ops_.act16.copy_strided_rows &&
+                                                      attention_bf16::tensor_cores(d_.head_size())
+                                                : ops_.attention_cp_fwd != nullptr),
                "set_context_parallel: this kernel table or activation path has no context-parallel attention");
   auto cp = std::make_unique<ContextParallel>();
   cp->split = split;
@@ -40,16 +47,23 @@ void Model::set_context_parallel(const ContextSplit& split, comm::Group* group) 
   cp->slot_rows = alloc_ints(split.n * B * Tq);
   cp->kv_local = alloc_acts(B * Tq * W);
   cp->kv_slots = alloc_acts(B * T * W);
-  cp->kv_all = alloc_acts(B * T * W);
+  if (act16) {
+    cp->kv_all16 = alloc_acts_bf16(B * T * W);
+    cp->kv_local16 = reinterpret_cast<uint16_t*>(cp->kv_local);
+    cp->kv_slots16 = reinterpret_cast<uint16_t*>(cp->kv_slots);
+  } else {
+    cp->kv_all = alloc_acts(B * T * W);
+  }
   cp->dkv_all = alloc_acts(B * T * W);
   cp_ = std::move(cp);
 }
 
-size_t context_parallel_bytes(const config::ModelDims& d, int B, int T, int cp) {
+size_t context_parallel_bytes(const config::ModelDims& d, int B, int T, int cp, bool bf16_keys) {
   if (cp <= 1) return 0;
   const size_t W = 2 * static_cast<size_t>(d.kv_heads()) * d.head_size(), rows = static_cast<size_t>(B) * T;
-  // kv_local (B·T/cp rows), kv_slots, kv_all, dkv_all (B·T rows each); qpos, seg_k, slot_rows
-  return (rows / cp + 3 * rows) * W * sizeof(float) + (T / cp + 2 * rows) * sizeof(int32_t);
+  // kv_local (B·T/cp rows), kv_slots, dkv_all (B·T rows each), kv_all (or kv_all16); qpos, seg_k, slot_rows
+  return (rows / cp + 2 * rows) * W * sizeof(float) + rows * W * (bf16_keys ? sizeof(uint16_t) : sizeof(float)) +
+         (T / cp + 2 * rows) * sizeof(int32_t);
 }
 
 int Model::context_parallelism() const { return cp_ ? cp_->split.n : 1; }
@@ -89,6 +103,17 @@ void Model::gather_keys_values(const float* qkv, int B, int NH, int KVH, int HS)
   ++cp.gathers;
 }
 
+void Model::gather_keys_values16(const uint16_t* qkv, int B, int NH, int KVH, int HS) {
+  const Ops::Act16& o = ops_.act16;
+  ContextParallel& cp = *cp_;
+  const int Tq = T_, QKV = (NH + 2 * KVH) * HS, W = 2 * KVH * HS, n = cp.split.n;
+  o.copy_strided_rows(cp.kv_local16, W, nullptr, qkv + static_cast<size_t>(NH) * HS, QKV, nullptr, B * Tq, W);
+  cp.group->all_gather(cp.kv_local16, cp.kv_slots16, static_cast<size_t>(B) * Tq * W * sizeof(uint16_t));
+  o.copy_strided_rows(cp.kv_all16, W, cp.slot_rows, cp.kv_slots16, W, nullptr, n * B * Tq, W);
+  cp.gathered_from = qkv;
+  ++cp.gathers;
+}
+
 void Model::attention_forward(float* out, float* lse, const float* qkv, int B, int NH, int KVH, int HS) {
   if (!cp_) return ops_.attention_fwd(out, lse, qkv, io_.seg(), B, T_, NH, KVH, HS);
   ContextParallel& cp = *cp_;
@@ -112,6 +137,31 @@ void Model::attention_backward(float* dqkv, const float* dout, const float* qkv,
   ops_.copy_strided_rows(cp.kv_slots, W, nullptr, cp.dkv_all, W, cp.slot_rows, n * B * T_, W);
   cp.group->reduce_scatter_sum(cp.kv_slots, cp.kv_local, static_cast<size_t>(B) * T_ * W);
   ops_.copy_strided_rows(dqkv + static_cast<size_t>(NH) * HS, QKV, nullptr, cp.kv_local, W, nullptr, B * T_, W);
+}
+
+void Model::attention_forward16(uint16_t* out, float* lse, const uint16_t* qkv, int B, int NH, int KVH, int HS) {
+  if (!cp_) return ops_.act16.attention_fwd(out, lse, qkv, io_.seg(), B, T_, NH, KVH, HS);
+  ContextParallel& cp = *cp_;
+  gather_keys_values16(qkv, B, NH, KVH, HS);
+  ops_.act16.attention_cp_fwd(out, lse, qkv, cp.kv_all16, cp.qpos, io_.seg(), cp.has_seg_k ? cp.seg_k : nullptr, B, T_,
+                              cp.split.T, NH, KVH, HS);
+}
+
+void Model::attention_backward16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
+                                 const float* lse, int B, int NH, int KVH, int HS) {
+  if (!cp_) return ops_.act16.attention_bwd(dqkv, dout, qkv, out, lse, io_.seg(), B, T_, NH, KVH, HS);
+  ContextParallel& cp = *cp_;
+  const int QKV = (NH + 2 * KVH) * HS, W = 2 * KVH * HS, n = cp.split.n;
+  if (cp.gathered_from != qkv) gather_keys_values16(qkv, B, NH, KVH, HS);  // as attention_backward
+  cp.gathered_from = nullptr;
+  ops_.act16.attention_cp_bwd(dqkv, cp.dkv_all, dout, qkv, cp.kv_all16, out, lse, cp.qpos, io_.seg(),
+                              cp.has_seg_k ? cp.seg_k : nullptr, B, T_, cp.split.T, NH, KVH, HS);
+  // The group's fp32 sums of this rank's rows' k/v gradients, rounded once into dqkv's k/v heads (through kv_slots,
+  // free after the reduce-scatter: kv_local's own bytes cannot hold its rounding in place on a GPU).
+  ops_.copy_strided_rows(cp.kv_slots, W, nullptr, cp.dkv_all, W, cp.slot_rows, n * B * T_, W);
+  cp.group->reduce_scatter_sum(cp.kv_slots, cp.kv_local, static_cast<size_t>(B) * T_ * W);
+  ops_.bf16_pack(cp.kv_slots16, cp.kv_local, static_cast<size_t>(B) * T_ * W);
+  ops_.act16.copy_strided_rows(dqkv + static_cast<size_t>(NH) * HS, QKV, nullptr, cp.kv_slots16, W, nullptr, B * T_, W);
 }
 
 }  // namespace sftdp::model

@@ -5,7 +5,7 @@
 // gradient, the norms' statistics and all gradient sums stay fp32. Per block, forward (N = B·T):
 //   ln1 = norm(x)                        act16::layernorm_fwd | rmsnorm_fwd
 //   qkv = ln1·Wqkvᵀ (+ b)                linear_fwd kBf16 (BIAS epilogue) [→ q/k norm] [→ RoPE in place]
-//   atty = attention(qkv)                attention_fwd
+//   atty = attention(qkv)                attention_fwd (context parallelism: attention_cp_fwd, Model's)
 //   x2 = x + atty·Wprojᵀ (+ b)           linear_fwd kFp32Residual (C = x: the residual add fused)
 //   ln2 = norm(x2)
 //   GELU:   h = gelu(ln2·Wfcᵀ + b), pre = the GELU's input    linear_fwd kBf16Gelu (GELU_AUX_BIAS epilogue)
@@ -131,7 +131,7 @@ void Decoder::block_forward16(int l, int B, bool through_output) {
   if (traits_.qk_norm)
     o.qk_rmsnorm_fwd(x.qkv, x.qk_rstd, x.qkv_raw, w.qnorm, w.knorm, N, NH, KVH, HS, static_cast<float>(d_.norm_eps));
   if (traits_.positions == Positions::kRope) o.rope_fwd(x.qkv, io_.pos(), inv_freq_, B, T, NH, KVH, HS);
-  o.attention_fwd(x.atty, x.lse, x.qkv, io_.seg(), B, T, NH, KVH, HS);
+  attention_forward16(x.atty, x.lse, x.qkv, B, NH, KVH, HS);
   o.linear_fwd(x.residual2, C, nullptr, residual, x.atty, w.projw, w.projb, N, A, C, LinearOut::kFp32Residual);
   norm_fwd16(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N);
   if (traits_.mlp == Mlp::kGelu) {
@@ -186,7 +186,7 @@ void Decoder::run_backward16(int B) {
                x.ln2_mean, x.ln2_rstd, N);
     // a.dresidual = d residual2; the attention branch
     o.linear_bwd(a.datty, nullptr, dw.projw, nullptr, a.dresidual16, C, x.atty, w.projw, N, A, C);
-    o.attention_bwd(a.dqkv, a.datty, x.qkv, x.atty, x.lse, io_.seg(), B, T, NH, KVH, HS);
+    attention_backward16(a.dqkv, a.datty, x.qkv, x.atty, x.lse, B, NH, KVH, HS);
     if (traits_.positions == Positions::kRope) o.rope_bwd(a.dqkv, io_.pos(), inv_freq_, B, T, NH, KVH, HS);
     const uint16_t* dqkv_linear = a.dqkv;  // gradient at the qkv projection's output
     if (traits_.qk_norm) {

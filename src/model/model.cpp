@@ -41,7 +41,8 @@ bool act16_complete(const Ops& ops) {
   const Ops::Act16& a = ops.act16;
   return a.layernorm_fwd && a.layernorm_bwd && a.rmsnorm_fwd && a.rmsnorm_bwd && a.qk_rmsnorm_fwd && a.qk_rmsnorm_bwd &&
          a.rope_fwd && a.rope_bwd && a.swiglu_fwd && a.swiglu_bwd && a.attention_fwd && a.attention_bwd &&
-         a.linear_fwd && a.linear_bwd && a.cross_entropy_fwd_bwd && a.gather_rows && a.scatter_rows;
+         a.linear_fwd && a.linear_bwd && a.cross_entropy_fwd_bwd && a.gather_rows && a.scatter_rows &&
+         a.attention_cp_fwd && a.attention_cp_bwd && a.copy_strided_rows;
 }
 
 // The counting table of footprint(): allocations are counted and get distinct addresses that are
@@ -71,6 +72,14 @@ Ops counting_ops(const Ops& ops) {
 }
 
 size_t counted_bytes() { return t_counted; }
+
+ActivationStorage activation_storage_for(const Ops& ops, bool bf16_activations, bool remat, const LoraSpec& lora) {
+  if (bf16_activations && gemm_inputs_bf16(ops) && !lora.enabled()) return ActivationStorage::kBf16;
+  // Not with LoRA dropout: its mask scales x before the adapter's GEMM rounds it, so backward must see the very x
+  // forward saw, not x rounded to bf16 (that alone keeps results bitwise).
+  if (bf16_activations && !remat && !(lora.enabled() && lora.dropout > 0)) return ActivationStorage::kBf16GemmInputs;
+  return ActivationStorage::kFloat32;
+}
 
 Footprint footprint(const config::ModelDims& d, const Ops& ops, int max_B, int T, bool remat, bool bf16_activations,
                     const LoraSpec& lora, int zero_stage, bool bf16_weights) {
@@ -108,12 +117,7 @@ Model::Model(const config::ModelDims& d, const Ops& ops, int max_B, int T, Param
                "bf16 weights: the bf16-GEMM table, without LoRA");
   if (lora_.enabled()) lora_layout_ = lora_layout(d, lora_);
   bf16_table_ = gemm_inputs_bf16(ops_);
-  if (bf16_activations && bf16_table_ && !lora_.enabled())
-    act_storage_ = ActivationStorage::kBf16;
-  else if (bf16_activations && !remat && !(lora_.enabled() && lora_.dropout > 0))
-    // Not with LoRA dropout: its mask scales x before the adapter's GEMM rounds it, so backward
-    // must see the very x forward saw, not x rounded to bf16 (that alone keeps results bitwise).
-    act_storage_ = ActivationStorage::kBf16GemmInputs;
+  act_storage_ = activation_storage_for(ops_, bf16_activations, remat, lora_);
   SFTDP_ASSERT(act_storage_ != ActivationStorage::kBf16 || act16_complete(ops_),
                std::string(ops_.name) + ": an act16 entry is missing");
   // Exact only where the GEMMs round their inputs to bf16 themselves.

@@ -65,12 +65,13 @@ class PlanCommunicator final : public comm::Communicator {
 };
 
 
-ScratchShape scratch_shape(const config::ModelDims& d, int B, int T, int cpu_threads) {
+ScratchShape scratch_shape(const config::ModelDims& d, int B, int T, int cpu_threads, int context_T) {
   ScratchShape s;
   s.B = B, s.T = T, s.C = d.C, s.F = d.F, s.V = d.V;
   s.NH = d.NH, s.KVH = d.kv_heads(), s.HS = d.head_size(), s.qkv_dim = d.qkv_dim(), s.attn_dim = d.attn_dim();
   s.head_rows = model::Model::default_head_chunk_rows(d.V, B * T);
   s.threads = cpu_threads;
+  s.context_T = context_T;
   return s;
 }
 
@@ -97,7 +98,9 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
   const auto f = model::footprint(d, ops, B, T, choice.remat, bf16_activations, lora, model_stage, bf16w);
   MemoryPlan p;
   p.params = f.params, p.grads = f.grads, p.activations = f.activations, p.other = f.other;
-  p.activations += model::context_parallel_bytes(d, B, T_full, choice.context_parallelism);
+  const bool act16 =
+      model::activation_storage_for(ops, bf16_activations, choice.remat, lora) == model::ActivationStorage::kBf16;
+  p.activations += model::context_parallel_bytes(d, B, T_full, choice.context_parallelism, act16);
 
   // The optimiser as the trainer builds it, on a model of the counting table: AdamW's moments, and at
   // zero_stage 2 and 3 ZeroUnits's master and gradient shards with the unit slots.
@@ -128,7 +131,8 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
     p.other += optimiser - p.moments - zero;  // AdamW's device scalar
   }
 
-  p.kernel_scratch = ops.scratch_bytes(scratch_shape(d, B, T, cpu_threads));
+  p.kernel_scratch =
+      ops.scratch_bytes(scratch_shape(d, B, T, cpu_threads, choice.context_parallelism > 1 ? T_full : 0));
   if (!gpu) {
     // Host copies, on CPU ranks the same memory as everything else (src/train/run_restore.cpp,
     // checkpoint_saver.h). At the start rank 0 reads the starting parameters (under LoRA the base too)
@@ -183,7 +187,7 @@ Available available_memory(bool gpu, const comm::MpiSession& mpi) {
 
 MemoryPlan check_memory(const config::Config& cfg, const config::BatchPlan& batch, const config::ModelDims& d,
                         const Ops& ops, const Available& available, int rank, int world, bool gpu, int cpu_threads) {
-  const bool bf16_activations = train::bf16_activations(cfg, gpu);
+  const bool bf16_activations = train::bf16_activations(cfg, gpu, d);
   const model::LoraSpec lora = model::lora_spec(cfg, d);
   const int T = static_cast<int>(cfg.max_target_length);
   const MemoryChoice now{static_cast<int>(batch.micro_batch), cfg.remat, static_cast<int>(cfg.zero_stage),

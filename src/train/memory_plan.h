@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/attention.h"
 #include "sftdp/comm.h"
 #include "sftdp/config.h"
 #include "sftdp/model.h"
@@ -64,10 +65,12 @@ MemoryPlan plan_memory(const config::ModelDims& d, const Ops& ops, int T, const 
                        int world, bool gpu, bool bf16_activations, int cpu_threads, const model::LoraSpec& lora = {},
                        bool bf16_weight_dtype = false);
 
-// Whether the run's model keeps bf16 activations (dtype: bfloat16 on the GPU, SPEC §3): not with context
-// parallelism, whose attention reads fp32 activations (the act16 path has no context-parallel twin yet).
-inline bool bf16_activations(const config::Config& cfg, bool gpu) {
-  return gpu && cfg.dtype == "bfloat16" && cfg.context_parallelism == 1;
+// Whether the run's model keeps bf16 activations (dtype: bfloat16 on the GPU, SPEC §3): with context parallelism
+// only where its attention runs on the tensor-core kernels (head sizes 16..128 in steps of 16), which have the act16
+// path's context-parallel twin (kernels/attention.h).
+inline bool bf16_activations(const config::Config& cfg, bool gpu, const config::ModelDims& d) {
+  return gpu && cfg.dtype == "bfloat16" &&
+         (cfg.context_parallelism == 1 || attention_bf16::tensor_cores(d.head_size()));
 }
 
 // Whether a run stores its parameters as bf16 (model::Model::bf16_weights, issue 25): weight_dtype

@@ -77,7 +77,7 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
   const int micro = static_cast<int>(batch.micro_batch);
   const auto plan_at = [&](int stage, bool remat, int rank = 0) {
     return plan_memory(dims, ops, T, {micro, remat, stage, batch.context_parallelism}, rank, target.ranks, gpu,
-                       bf16_activations(cfg, gpu),
+                       bf16_activations(cfg, gpu, dims),
                        threads, lora, cfg.weight_dtype == "bfloat16");
   };
 
@@ -116,7 +116,11 @@ int print_plan(const config::Config& cfg, const PlanTarget& target, std::FILE* o
                  "every row's %d positions (chunks i and %d-i of %d) and gathers the group's keys and values per layer: "
                  "activations below are per rank at T/%d, with the gathered key/value buffers (%s)\n",
                  cp, batch.data_parallel(), cp, T / cp, T, 2 * cp - 1, 2 * cp, cp,
-                 gib(model::context_parallel_bytes(dims, micro, T, cp)).c_str());
+                 gib(model::context_parallel_bytes(
+                         dims, micro, T, cp,
+                         model::activation_storage_for(ops, bf16_activations(cfg, gpu, dims), cfg.remat, lora) ==
+                             model::ActivationStorage::kBf16))
+                     .c_str());
   }
   std::fprintf(out, "plan: memory per rank: %s (%s)\n", available.known ? gib(available.bytes).c_str() : "unknown",
                available.what.c_str());

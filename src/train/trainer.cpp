@@ -146,16 +146,21 @@ void log_startup(const config::Config& cfg, const Inputs& in, const model::Model
               "%d of every row's %d positions (chunks i and 2n-1-i of 2n), the group's keys and values all-gathered "
               "per layer (%.3f MiB of buffers); the batch above counts groups",
               plan.world_size, plan.data_parallel(), plan.context_parallelism, static_cast<int>(plan.local_positions(in.T)), in.T,
-              model::context_parallel_bytes(in.dims, static_cast<int>(plan.micro_batch), in.T, plan.context_parallelism) /
+              model::context_parallel_bytes(in.dims, static_cast<int>(plan.micro_batch), in.T, plan.context_parallelism,
+                                            model.activation_storage() == model::ActivationStorage::kBf16) /
                   1048576.0);
   if (const std::string note = config::hf_model_note(cfg); !note.empty()) {
     log::info("%s", note.c_str());
     for (const auto& line : hf::read_hf_notes(cfg.load_parameters_path)) log::info("%s", line.c_str());
   }
-  if (in.dev.gpu && plan.context_parallelism > 1) {  // kernels/cuda/attention/context_parallel.cu
-    log::info("attention: context parallel over %d ranks, CUDA cores, %s", plan.context_parallelism,
-              gemm_inputs_bf16(*in.dev.ops) ? "q, k, v and dO rounded to bf16 (dtype bfloat16), fp32 activations"
-                                            : "fp32 (dtype float32)");
+  if (in.dev.gpu && plan.context_parallelism > 1) {  // kernels/attention.h: attention_tc_cp_*, attention_cp_*
+    const bool tc = gemm_inputs_bf16(*in.dev.ops) && attention_bf16::tensor_cores(in.dims.head_size());
+    const bool act16 = model.activation_storage() == model::ActivationStorage::kBf16;
+    log::info("attention: context parallel over %d ranks, %s%s", plan.context_parallelism,
+              tc                               ? "tensor cores (mma.sync bf16, flash attention), "
+              : gemm_inputs_bf16(*in.dev.ops) ? "CUDA cores, q, k, v and dO rounded to bf16 (dtype bfloat16), "
+                                               : "CUDA cores, fp32 (dtype float32), ",
+              act16 ? "bf16 activations (k/v gathered as bf16)" : "fp32 activations");
   } else if (in.dev.gpu) {  // which attention kernel runs (kernels/attention.h)
     const int HS = in.dims.head_size();
     if (!gemm_inputs_bf16(*in.dev.ops))
@@ -313,7 +318,7 @@ int run(const config::Config& cfg, comm::MpiSession& mpi) {
   const model::LoraSpec lora = model::lora_spec(cfg, in.dims);
   const auto model_ptr = model::make_model(
       in.dims, *in.dev.ops, static_cast<int>(plan.micro_batch), static_cast<int>(plan.local_positions(in.T)), cfg.remat,
-      bf16_activations(cfg, in.dev.gpu),
+      bf16_activations(cfg, in.dev.gpu, in.dims),
       lora, config::model_zero_stage(zero_stage), bf16_weights(cfg.weight_dtype == "bfloat16", in.dev.gpu, zero_stage, lora));
   model::Model& model = *model_ptr;
   // Context parallelism (SPEC §1): groups of adjacent ranks, each rank two chunks of every row.

@@ -177,7 +177,8 @@ def test_context_parallelism_fits_llama_8b_at_64k_and_128k(tmp_path):
     """Issue 37: Llama-3.1-8B full fine-tuning (zero_stage 3, remat, 1 row x GA 16, bf16 GEMMs) on 8 x 80 GiB
     does not fit at T = 65536 or 131072 with every rank holding whole rows; it does at 131072 with
     context_parallelism 8 and at 65536 with 4 (x 2 data-parallel groups), and the plan's activations per rank
-    shrink with the group (T/N positions each). --context-parallelism N is the key's flag."""
+    shrink with the group (T/N positions each), in bf16 as without context parallelism (issue 43).
+    --context-parallelism N is the key's flag."""
     d = str(tmp_path)
     cfg = write_config(f"{d}/c.yml", model_name="llama-3.1-8b", train_files=f"{d}/none.h5", hardware="gpu",
                        dtype="bfloat16", weight_dtype="bfloat16", per_device_batch_size=1,
@@ -202,6 +203,12 @@ def test_context_parallelism_fits_llama_8b_at_64k_and_128k(tmp_path):
     cp4 = activations(p)
     # Both hold 16384 positions per rank; the gathered k/v buffers grow with T (the whole rows' keys).
     assert cp8 > cp4 > 0.9 * cp8, (cp4, cp8)
+    # Issue 43: dtype bfloat16 keeps bf16 activations with context parallelism too (the act16 path's context-parallel
+    # attention on tensor cores, k/v gathered as bf16): at most 0.8x the float32 plan's.
+    p = plan(cfg, "--ranks", "8", "--memory-gib", "80",
+             overrides=["max_target_length=65536", "context_parallelism=4", "dtype=float32", "weight_dtype=float32"])
+    f32 = activations(p)
+    assert cp4 <= 0.8 * f32, (cp4, f32)
 
 
 def test_a_larger_stage_1_gradient_row_is_explained(tmp_path):

@@ -4,7 +4,9 @@
 // beside them (24, 160), GQA and MHA, with and without packed segments, T not a multiple of the 64-row tile; on
 // tensor-core head sizes they are the bf16 table's CPU twin (cpu::attention_{fwd,bwd}_bf16) on the widened values
 // with its fp32 outputs rounded once, bit for bit (D from the stored bf16 O); elsewhere its forward within one bf16
-// ulp; the CPU Ops table carries them.
+// ulp; the CPU Ops table carries them. Context parallelism's act16 twins (cpu::act16::attention_cp_*): each rank's
+// out, lse and dq bit for bit the whole-row act16 twins' rows at its positions, the ranks' fp32 dk/dv summed and
+// rounded once within one bf16 ulp of the whole rows'.
 #include <cstdint>
 #include <vector>
 
@@ -93,9 +95,65 @@ TEST(Act16Attention, ForwardOnCudaCoreHeadSizesIsTheFp32AttentionRoundedOnce) {
   }
 }
 
+TEST(Act16Attention, ContextParallelRanksGetTheWholeRowsResults) {
+  using Case = std::pair<AttentionShape, int>;  // the shape and the group's size
+  for (const auto& [c, n] : {Case{{1, 200, 4, 2, 32}, 2}, Case{{2, 192, 2, 2, 16}, 3}}) {
+    SCOPED_TRACE(shape_str(c) + " N=" + std::to_string(n));
+    const Inputs in = inputs_for(c, 131);
+    const Act16Outputs whole = run_cpu_act16(in.qkv, in.dout, in.seg.data(), c);
+    const int QKV = (c.NH + 2 * c.KVH) * c.HS, KV = 2 * c.KVH * c.HS, OC = c.NH * c.HS;
+    std::vector<uint16_t> kv(size_t(c.B) * c.T * KV);
+    for (size_t r = 0; r < size_t(c.B) * c.T; ++r) std::copy_n(&in.qkv[r * QKV + OC], KV, &kv[r * KV]);
+    std::vector<double> dkv_sum(kv.size(), 0.0);
+    for (int rank = 0; rank < n; ++rank) {
+      const int chunk = c.T / (2 * n);
+      std::vector<int32_t> pos, seg_q;
+      for (int part : {rank, 2 * n - 1 - rank})
+        for (int i = 0; i < chunk; ++i) pos.push_back(part * chunk + i);
+      const int Tq = static_cast<int>(pos.size());
+      std::vector<uint16_t> q(size_t(c.B) * Tq * QKV), d(size_t(c.B) * Tq * OC), want_out, want_dq;
+      std::vector<float> want_lse(size_t(c.B) * c.NH * Tq);
+      for (int b = 0; b < c.B; ++b)
+        for (int t = 0; t < Tq; ++t) {
+          const size_t from = size_t(b) * c.T + pos[t], to = size_t(b) * Tq + t;
+          std::copy_n(&in.qkv[from * QKV], QKV, &q[to * QKV]);
+          std::copy_n(&in.dout[from * OC], OC, &d[to * OC]);
+          want_out.insert(want_out.end(), &whole.out[from * OC], &whole.out[from * OC] + OC);
+          want_dq.insert(want_dq.end(), &whole.dqkv[from * QKV], &whole.dqkv[from * QKV] + OC);
+          for (int h = 0; h < c.NH; ++h)
+            want_lse[(size_t(b) * c.NH + h) * Tq + t] = whole.lse[(size_t(b) * c.NH + h) * c.T + pos[t]];
+          seg_q.push_back(in.seg[from]);
+        }
+      std::vector<uint16_t> out(d.size()), dqkv(q.size(), 0x7fc0);  // bf16 NaN: the k/v heads must keep it
+      std::vector<float> lse(want_lse.size()), dkv(kv.size());
+      cpu::act16::attention_cp_fwd(out.data(), lse.data(), q.data(), kv.data(), pos.data(), seg_q.data(),
+                                   in.seg.data(), c.B, Tq, c.T, c.NH, c.KVH, c.HS);
+      cpu::act16::attention_cp_bwd(dqkv.data(), dkv.data(), d.data(), q.data(), kv.data(), out.data(), lse.data(),
+                                   pos.data(), seg_q.data(), in.seg.data(), c.B, Tq, c.T, c.NH, c.KVH, c.HS);
+      EXPECT_EQ(out, want_out) << "rank " << rank;
+      EXPECT_TRUE(bitwise_equal(lse, want_lse)) << "rank " << rank;
+      std::vector<uint16_t> dq, kv_heads;
+      for (size_t r = 0; r < size_t(c.B) * Tq; ++r) {
+        dq.insert(dq.end(), &dqkv[r * QKV], &dqkv[r * QKV] + OC);
+        kv_heads.insert(kv_heads.end(), &dqkv[r * QKV] + OC, &dqkv[r * QKV] + QKV);
+      }
+      EXPECT_EQ(dq, want_dq) << "rank " << rank;
+      EXPECT_EQ(kv_heads, std::vector<uint16_t>(kv_heads.size(), 0x7fc0)) << "rank " << rank;
+      for (size_t i = 0; i < dkv.size(); ++i) dkv_sum[i] += dkv[i];
+    }
+    std::vector<uint16_t> got_dkv(kv.size()), want_dkv;
+    for (size_t i = 0; i < kv.size(); ++i) got_dkv[i] = act16::to_bf16(static_cast<float>(dkv_sum[i]));
+    for (size_t r = 0; r < size_t(c.B) * c.T; ++r)
+      want_dkv.insert(want_dkv.end(), &whole.dqkv[r * QKV + OC], &whole.dqkv[r * QKV] + QKV);
+    EXPECT_TRUE(within_bf16_ulps(got_dkv, want_dkv, 1, 1e-6));
+  }
+}
+
 TEST(Act16Attention, TheCpuTableCarriesTheTwins) {
   EXPECT_EQ(cpu_ops().act16.attention_fwd, &cpu::act16::attention_fwd);
   EXPECT_EQ(cpu_ops().act16.attention_bwd, &cpu::act16::attention_bwd);
+  EXPECT_EQ(cpu_ops().act16.attention_cp_fwd, &cpu::act16::attention_cp_fwd);
+  EXPECT_EQ(cpu_ops().act16.attention_cp_bwd, &cpu::act16::attention_cp_bwd);
 }
 
 }  // namespace

@@ -5,7 +5,10 @@
 // its queries, while the ranks' key/value gradients sum to the whole one: against the fp64
 // reference (≤ 1e-6 of the largest value, gradients 2e-6) for N = 1, 2, 3, 4, GQA and multi-head,
 // with packed segments crossing chunk boundaries and without; every output element is written, the
-// k/v heads of the rank's dqkv are left alone; the bits do not depend on the thread count.
+// k/v heads of the rank's dqkv are left alone; the bits do not depend on the thread count. The bf16 table's twin on
+// tensor-core head sizes (the GPU kernels' tiles and roundings): each rank's out, lse and dq bit for bit the
+// whole-row twin's rows at its positions (chunks on and off the 64-row tiles, segments crossing them, GQA), the ranks'
+// dk/dv summing to the whole-row twin's within fp32 summation order.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -145,6 +148,78 @@ TEST(AttentionCp, BitsDoNotDependOnTheThreadCount) {
   });
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_EQ(runs[0], runs[2]);
+}
+
+// The bf16 table's twin on tensor-core head sizes against its whole-row twin (cpu::attention_{fwd,bwd}_bf16).
+void expect_tc_ranks_are_the_whole_rows(const Shape& s, int n, bool segments) {
+  SCOPED_TRACE(shape_str(s) + " N=" + std::to_string(n) + (segments ? " segments" : ""));
+  ASSERT_TRUE(attention_bf16::tensor_cores(s.HS));
+  const auto qkv = uniform(qkv_size(s), 41 + n, -2.f, 2.f), dout = uniform(out_size(s), 43 + n);
+  std::vector<int32_t> seg;
+  if (segments)  // segments of 37, and id 0 again at the end: a key tile far back that meets the last query tiles
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0; t < s.T; ++t) seg.push_back(t >= s.T - 20 ? 0 : (t + 5 * b) / 37);
+  const int32_t* sg = segments ? seg.data() : nullptr;
+  const int QKV = (s.NH + 2 * s.KVH) * s.HS, KV = 2 * s.KVH * s.HS, OC = s.NH * s.HS;
+  std::vector<float> out(out_size(s)), lse(size_t(s.B) * s.NH * s.T), dqkv(qkv_size(s));
+  cpu::attention_fwd_bf16(out.data(), lse.data(), qkv.data(), sg, s.B, s.T, s.NH, s.KVH, s.HS);
+  cpu::attention_bwd_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), sg, s.B, s.T, s.NH, s.KVH,
+                          s.HS);
+  std::vector<float> kv(size_t(s.B) * s.T * KV);
+  for (size_t r = 0; r < size_t(s.B) * s.T; ++r) std::copy_n(&qkv[r * QKV + OC], KV, &kv[r * KV]);
+  std::vector<double> dkv_sum(kv.size(), 0.0);
+  for (int rank = 0; rank < n; ++rank) {
+    const auto pos = positions_of(s.T, n, rank);
+    const int Tq = static_cast<int>(pos.size());
+    // This rank's rows of every input, and the whole-row results there (what it must reproduce bit for bit).
+    std::vector<float> q(size_t(s.B) * Tq * QKV), d(size_t(s.B) * Tq * OC), want_out(d.size()), want_dq;
+    std::vector<float> want_lse(size_t(s.B) * s.NH * Tq);
+    std::vector<int32_t> seg_q;
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0; t < Tq; ++t) {
+        const size_t from = size_t(b) * s.T + pos[t], to = size_t(b) * Tq + t;
+        std::copy_n(&qkv[from * QKV], QKV, &q[to * QKV]);
+        std::copy_n(&dout[from * OC], OC, &d[to * OC]);
+        std::copy_n(&out[from * OC], OC, &want_out[to * OC]);
+        want_dq.insert(want_dq.end(), &dqkv[from * QKV], &dqkv[from * QKV] + OC);
+        for (int h = 0; h < s.NH; ++h)
+          want_lse[(size_t(b) * s.NH + h) * Tq + t] = lse[(size_t(b) * s.NH + h) * s.T + pos[t]];
+        if (segments) seg_q.push_back(seg[from]);
+      }
+    const int32_t* sq = segments ? seg_q.data() : nullptr;
+    std::vector<float> got_out(d.size(), NAN), got_lse(want_lse.size(), NAN), got_dqkv(q.size(), 9.f);
+    std::vector<float> dkv(kv.size(), NAN);
+    cpu::attention_cp_fwd_bf16(got_out.data(), got_lse.data(), q.data(), kv.data(), pos.data(), sq, sg, s.B, Tq, s.T,
+                               s.NH, s.KVH, s.HS);
+    cpu::attention_cp_bwd_bf16(got_dqkv.data(), dkv.data(), d.data(), q.data(), kv.data(), got_out.data(),
+                               got_lse.data(), pos.data(), sq, sg, s.B, Tq, s.T, s.NH, s.KVH, s.HS);
+    EXPECT_TRUE(bitwise_equal(got_out, want_out)) << "out, rank " << rank;
+    EXPECT_TRUE(bitwise_equal(got_lse, want_lse)) << "lse, rank " << rank;
+    std::vector<float> got_dq, kv_heads;
+    for (size_t r = 0; r < size_t(s.B) * Tq; ++r) {
+      got_dq.insert(got_dq.end(), &got_dqkv[r * QKV], &got_dqkv[r * QKV] + OC);
+      kv_heads.insert(kv_heads.end(), &got_dqkv[r * QKV] + OC, &got_dqkv[r * QKV] + QKV);
+    }
+    EXPECT_TRUE(bitwise_equal(got_dq, want_dq)) << "dq, rank " << rank;
+    EXPECT_TRUE(bitwise_equal(kv_heads, std::vector<float>(kv_heads.size(), 9.f))) << "k/v heads written, rank " << rank;
+    for (size_t i = 0; i < dkv.size(); ++i) dkv_sum[i] += dkv[i];
+  }
+  double worst = 0, scale = 0;
+  for (size_t r = 0; r < size_t(s.B) * s.T; ++r)
+    for (int i = 0; i < KV; ++i) {
+      const double want = dqkv[r * QKV + OC + i];
+      scale = std::max(scale, std::abs(want));
+      worst = std::max(worst, std::abs(dkv_sum[r * KV + i] - want));  // NaN (an element not written) fails
+    }
+  EXPECT_LE(worst, 1e-5 * scale) << "the ranks' dk/dv summed against the whole rows'";
+}
+
+TEST(AttentionCpBf16, TensorCoreTwinGivesEachRankTheWholeRowTwinsRows) {
+  for (bool segments : {false, true}) {
+    expect_tc_ranks_are_the_whole_rows({1, 256, 4, 2, 16}, 2, segments);  // chunks of 64: whole tiles, GQA
+    expect_tc_ranks_are_the_whole_rows({1, 200, 2, 1, 32}, 2, segments);  // chunks of 50: tiles across chunks
+    expect_tc_ranks_are_the_whole_rows({1, 192, 2, 2, 16}, 3, segments);  // multi-head, 3 ranks of chunks of 32
+  }
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // two chunks; the gradient sums are summed over every rank once. They must be the float64 oracle's over
 // the global batch (GPT-2, ≤ 1e-4 per tensor), the same as one rank's without context parallelism (the
 // Llama family, GQA; ≤ 1e-5 per tensor), bitwise the same run to run, and a rank whose positions carry no
-// loss weight must still take part (its group's attention needs its keys and values).
+// loss weight must still take part (its group's attention needs its keys and values). On the act16 path (bf16
+// activations, the cpu-bf16 table's CPU twins; issue 43) the same within bf16 rounding, with remat too, gathering
+// as often as the fp32 path.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -47,10 +49,12 @@ std::vector<float> params_of(const config::ModelDims& d) {
 // One step's gradient sums (and the two trailing sums) of the whole world at context parallelism n:
 // every rank's passes over its group's rows, then one sum over every rank. `rows` gives a group's
 // rows at a micro-step.
+// act16: the act16 path (bf16 activations on the cpu-bf16 table).
 template <class Rows>
 std::vector<float> world_grads(comm::Communicator& c, const config::ModelDims& d, int n, int ga, int B, int T,
-                               const Rows& rows, bool remat = false, uint64_t* gathers = nullptr) {
-  auto m = model::make_model(d, cpu_ops(), B, T / n, remat);
+                               const Rows& rows, bool remat = false, uint64_t* gathers = nullptr, bool act16 = false) {
+  auto m = model::make_model(d, act16 ? cpu_bf16_ops() : cpu_ops(), B, T / n, remat, act16);
+  if (act16) EXPECT_EQ(m->activation_storage(), model::ActivationStorage::kBf16);
   m->set_params_from_host(params_of(d));
   const auto group = c.context_group(n);
   m->set_context_parallel(model::context_split(T, c.world(), c.rank(), n), group.get());
@@ -64,8 +68,9 @@ std::vector<float> world_grads(comm::Communicator& c, const config::ModelDims& d
 
 // The same step on this rank alone without context parallelism: every group's rows.
 template <class Rows>
-std::vector<float> one_rank_grads(const config::ModelDims& d, int groups, int ga, int B, int T, const Rows& rows) {
-  auto m = model::make_model(d, cpu_ops(), B, T);
+std::vector<float> one_rank_grads(const config::ModelDims& d, int groups, int ga, int B, int T, const Rows& rows,
+                                  bool act16 = false) {
+  auto m = model::make_model(d, act16 ? cpu_bf16_ops() : cpu_ops(), B, T, /*remat=*/false, act16);
   m->set_params_from_host(params_of(d));
   m->zero_grads();
   for (int micro = 0; micro < ga; ++micro)
@@ -181,4 +186,32 @@ TEST(ContextParallel, BackwardReusesTheLastGatherWithAndWithoutRemat) {
   EXPECT_EQ(plain, uint64_t(ga * (2 * d.L - 1))) << "without remat";
   EXPECT_EQ(remat, uint64_t(ga * (2 * d.L - 1))) << "with remat";
   EXPECT_EQ(a, b) << "remat gives the same bits";
+}
+
+// The act16 path: bf16 q|k|v gathered as bf16 and attended on the bf16 table's tensor-core twin (head size 16), the
+// k/v gradients reduce-scattered in fp32 and rounded once. One rank's act16 run without context parallelism is the
+// reference: the loss sum to fp32 order (the rows' forward is the same arithmetic), the gradients within bf16
+// rounding; run to run bitwise; with remat the same bits and the same 2L − 1 gathers per micro-step.
+TEST(ContextParallel, Act16PathTracksOneRanksAct16Run) {
+  auto c = comm::make_mpi_communicator();
+  comm::set_collective_timeout(120);
+  auto d = test::tiny_llama_dims();
+  d.C = 64, d.HS = 16, d.F = 96, d.maxT = 320;  // 4 query heads of 16, 2 k/v heads: the tensor-core twin
+  const int B = 2, T = 256;
+  for (int n : context_sizes(c->world())) {
+    const int groups = c->world() / n;
+    const auto rows = [&](int g, int micro) { return group_rows(g, micro, B, T, d.V); };
+    uint64_t plain = 0, remat = 0;
+    const auto a = world_grads(*c, d, n, 1, B, T, rows, false, &plain, /*act16=*/true);
+    const auto b = world_grads(*c, d, n, 1, B, T, rows, true, &remat, /*act16=*/true);
+    const std::string what = "act16, context_parallelism " + std::to_string(n);
+    EXPECT_EQ(a, b) << "remat gives the same bits, " << what;
+    EXPECT_EQ(plain, uint64_t(2 * d.L - 1)) << what;
+    EXPECT_EQ(remat, uint64_t(2 * d.L - 1)) << what;
+    const auto one = one_rank_grads(d, groups, 1, B, T, rows, /*act16=*/true);
+    const auto lay = model::param_layout(d);
+    EXPECT_NEAR(a[lay.total], one[lay.total], 1e-5 * one[lay.total]) << "loss sum, " << what;
+    EXPECT_EQ(a[lay.total + 1], one[lay.total + 1]) << "weight sum, " << what;
+    expect_tensors_near(lay, a, one, 2e-2, what);
+  }
 }

@@ -24,14 +24,15 @@ __global__ void attention_tc_bwd_delta_kernel(float* delta, const bf16* dout, co
   if (lane == 0) delta[(static_cast<size_t>(bt / T) * NH + h) * T + bt % T] = acc;
 }
 
-// dK, dV of key tile kt of k/v head kvh into dqkv (fp32) or dqkv16 (bf16), the other null: grid (tiles, KVH, B),
-// block kThreads, dynamic shared memory dkv_smem<HS>(). Warp w: keys 16·(w % 4) .. + 15 of the tile; half w / 4:
-// queries 16·half .. + 15 of each 32 (Sᵀ, dPᵀ) and output columns HS/2·half .. (dK, dV).
+// dK, dV of key tile kt of k/v head kvh into dkv (fp32) or dkv16 (bf16), the other null, laid out as geo.lay.kv (dqkv's
+// k/v heads for the whole rows): grid (k_tiles, KVH, B), block kThreads, dynamic shared memory dkv_smem<HS>(). Warp w:
+// keys 16·(w % 4) .. + 15 of the tile; half w / 4: queries 16·half .. + 15 of each 32 (Sᵀ, dPᵀ) and output columns
+// HS/2·half .. (dK, dV). A key tile that none of the queries sees gets zeros.
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    attention_tc_bwd_dkv_kernel(float* dqkv, bf16* dqkv16, const bf16* qkv, const bf16* dout, const float* lse,
-                                const float* delta, const int32_t* seg, const int2* ranges, int T, int NH, int KVH,
-                                float scale, float scale_log2) {
+    attention_tc_bwd_dkv_kernel(float* dkv, bf16* dkv16, const bf16* qkv, const bf16* dout, const float* lse,
+                                const float* delta, Layout lay, int Tq, int Tk, int NH, int KVH, float scale,
+                                float scale_log2) {
   constexpr int R = HS + 8, NTH = HS / 16;
   SFTDP_DYNAMIC_SHARED(bf16, smem);
   bf16* sk = smem;                                                   // (kTile, R): this block's keys
@@ -41,41 +42,44 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   float* slse = reinterpret_cast<float*>(sdo + 2 * kTile * R);       // [2] (kTile): lse·log2e
   float* sdelta = slse + 2 * kTile;                                  // [2] (kTile)
   int32_t* sseg = reinterpret_cast<int32_t*>(sdelta + 2 * kTile);    // [2] (kTile)
-  uint32_t* sx = reinterpret_cast<uint32_t*>(sseg + 2 * kTile);      // [kWarps] (kFragWords): bf16(Pᵀ), bf16(dSᵀ)
-  const int tiles = static_cast<int>(gridDim.x), kt = static_cast<int>(blockIdx.x);
+  int32_t* spos = sseg + 2 * kTile;                                  // [2] (kTile): the queries' positions
+  uint32_t* sx = reinterpret_cast<uint32_t*>(spos + 2 * kTile);      // [kWarps] (kFragWords): bf16(Pᵀ), bf16(dSᵀ)
+  const Geometry geo = geometry(lay, Tq, Tk, NH, KVH);
+  const int tiles = geo.q_tiles;
+  const int kt = static_cast<int>(blockIdx.x);
   const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z), G = NH / KVH;
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int rg = warp % kRowGroups, half = warp / kRowGroups, partner = warp ^ kRowGroups;
   const int g = lane / 4, tq = lane % 4, QKV = (NH + 2 * KVH) * HS, OC = NH * HS;
-  const bf16* rows = qkv + static_cast<size_t>(b) * T * QKV;
-  const bf16* drows = dout + static_cast<size_t>(b) * T * OC;
-  const int32_t* seg_row = seg ? seg + static_cast<size_t>(b) * T : nullptr;
+  const bf16* rows = qkv + static_cast<size_t>(b) * Tq * QKV;
+  const bf16* drows = dout + static_cast<size_t>(b) * Tq * OC;
+  const bf16* kvrows = geo.lay.kv + static_cast<size_t>(b) * Tk * geo.lay.kv_ld;
+  const int32_t* seg_row = geo.lay.seg_q ? geo.lay.seg_q + static_cast<size_t>(b) * Tq : nullptr;
+  const int32_t* kseg_row = geo.lay.seg_k ? geo.lay.seg_k + static_cast<size_t>(b) * Tk : nullptr;
   const int kb = kt * kTile + rg * 16, j0 = kb + g, j1 = j0 + 8;
-  const int32_t sj0 = seg_row && j0 < T ? seg_row[j0] : 0, sj1 = seg_row && j1 < T ? seg_row[j1] : 0;
+  const int32_t sj0 = kseg_row && j0 < Tk ? kseg_row[j0] : 0, sj1 = kseg_row && j1 < Tk ? kseg_row[j1] : 0;
 
-  load_tile<HS>(sk, rows + (NH + kvh) * HS, QKV, kt * kTile, T);
-  load_tile<HS>(sv, rows + (NH + KVH + kvh) * HS, QKV, kt * kTile, T);
-  tc::cp_async_commit();
-  // Work items: (query head h = kvh·G + item / tiles, query tile item % tiles), increasing.
+  // Work items: (query head h = kvh·G + item / tiles, query tile item % tiles), increasing, that may see key tile kt.
   const auto next_item = [&](int item) {
     for (++item; item < G * tiles; ++item) {
       const int qt = item % tiles;
-      if (qt >= kt && ranges_meet(ranges, tiles, b, qt, kt)) return item;
+      if (last_key_tile(geo, qt) >= kt && ranges_meet(geo, b, qt, kt)) return item;
     }
     return -1;
   };
   const auto load_q = [&](int stage, int item) {
     const int h = kvh * G + item / tiles, q0 = item % tiles * kTile;
-    load_tile<HS>(sq + stage * kTile * R, rows + h * HS, QKV, q0, T);
-    load_tile<HS>(sdo + stage * kTile * R, drows + h * HS, OC, q0, T);
-    const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * T;
-    const float* delta_h = delta + (static_cast<size_t>(b) * NH + h) * T;
+    load_tile<HS>(sq + stage * kTile * R, rows + h * HS, QKV, q0, Tq);
+    load_tile<HS>(sdo + stage * kTile * R, drows + h * HS, OC, q0, Tq);
+    const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * Tq;
+    const float* delta_h = delta + (static_cast<size_t>(b) * NH + h) * Tq;
     for (int r = static_cast<int>(threadIdx.x); r < kTile; r += kThreads) {
-      const bool valid = q0 + r < T;
+      const bool valid = q0 + r < Tq;
       slse[stage * kTile + r] = valid ? lse_h[q0 + r] * kLog2e : 0.f;
       sdelta[stage * kTile + r] = valid ? delta_h[q0 + r] : 0.f;
+      spos[stage * kTile + r] = position(geo, q0 + r);
     }
-    if (seg_row) load_segments(sseg + stage * kTile, seg_row, q0, T);
+    if (seg_row) load_segments(sseg + stage * kTile, seg_row, q0, Tq);
     tc::cp_async_commit();
   };
   float dk[NTH][4], dv[NTH][4];
@@ -84,8 +88,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     SFTDP_UNROLL
     for (int e = 0; e < 4; ++e) dk[nt][e] = dv[nt][e] = 0.f;
   }
-  int item = next_item(kt - 1);  // (h = kvh·G, qt = kt): the diagonal tile
-  load_q(0, item);
+  int item = next_item(-1);  // the whole rows: (h = kvh·G, qt = kt), the diagonal tile
+  if (item >= 0) {
+    load_tile<HS>(sk, kvrows + geo.lay.k_col + kvh * HS, geo.lay.kv_ld, kt * kTile, Tk);
+    load_tile<HS>(sv, kvrows + geo.lay.v_col + kvh * HS, geo.lay.kv_ld, kt * kTile, Tk);
+    tc::cp_async_commit();
+    load_q(0, item);
+  }
   for (int stage = 0; item >= 0; stage ^= 1) {
     if (!SFTDP_PLANTED(2)) tc::cp_async_wait<0>();
     __syncthreads();  // this stage (and K, V) in shared memory; every warp is done with the other stage
@@ -97,7 +106,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const float* L = slse + stage * kTile;
     const float* Dq = sdelta + stage * kTile;
     const int32_t* qseg = sseg + stage * kTile;
-    const bool all_visible = q0 >= kb + 15 && q0 + kTile <= T && kb + 16 <= T && one_segment(ranges, tiles, b, qt, kt);
+    const int32_t* qp = spos + stage * kTile;  // the queries' positions
+    const bool all_visible = qp[0] >= kb + 15 && q0 + kTile <= Tq && kb + 16 <= Tk && one_segment(geo, b, qt, kt);
     for (int sub = 0; sub < 2; ++sub) {  // 32 queries at a time, 16 per half: 2 n-tiles of Sᵀ and dPᵀ
       const int c0 = sub * 32 + half * 16;
       float p[2][4], ds[2][4];
@@ -106,9 +116,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       for (int nt = 0; nt < 2; ++nt) {
         SFTDP_UNROLL
         for (int e = 0; e < 4; ++e) {
-          const int c = c0 + nt * 8 + 2 * tq + (e & 1), q = q0 + c, j = e < 2 ? j0 : j1;
-          const bool visible =
-              all_visible || (q < T && j <= q && j < T && (!seg_row || qseg[c] == (e < 2 ? sj0 : sj1)));
+          const int c = c0 + nt * 8 + 2 * tq + (e & 1), j = e < 2 ? j0 : j1;  // qp[c] = -1 past Tq
+          const bool visible = all_visible || (j <= qp[c] && j < Tk && (!seg_row || qseg[c] == (e < 2 ? sj0 : sj1)));
           p[nt][e] = visible ? exp2f(fmaf(p[nt][e], scale_log2, -L[c])) : 0.f;
           ds[nt][e] = p[nt][e] * (ds[nt][e] - Dq[c]);
         }
@@ -135,24 +144,25 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   SFTDP_UNROLL
   for (int i = 0; i < 2; ++i) {
     const int j = i ? j1 : j0;
-    if (j >= T) continue;
-    const size_t at = (static_cast<size_t>(b) * T + j) * QKV + half * (HS / 2) + 2 * tq;
+    if (j >= Tk) continue;
+    const size_t at = (static_cast<size_t>(b) * Tk + j) * geo.lay.kv_ld + half * (HS / 2) + 2 * tq;
     SFTDP_UNROLL
     for (int nt = 0; nt < NTH; ++nt) {
-      store_pair(dqkv, dqkv16, at + (NH + kvh) * HS + nt * 8, dk[nt][2 * i] * scale, dk[nt][2 * i + 1] * scale);
-      store_pair(dqkv, dqkv16, at + (NH + KVH + kvh) * HS + nt * 8, dv[nt][2 * i], dv[nt][2 * i + 1]);
+      store_pair(dkv, dkv16, at + geo.lay.k_col + kvh * HS + nt * 8, dk[nt][2 * i] * scale, dk[nt][2 * i + 1] * scale);
+      store_pair(dkv, dkv16, at + geo.lay.v_col + kvh * HS + nt * 8, dv[nt][2 * i], dv[nt][2 * i + 1]);
     }
   }
 }
 
-// dQ of query tile qt of head h into dqkv (fp32) or dqkv16 (bf16), the other null: grid (tiles, NH, B), block
-// kThreads, dynamic shared memory dq_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys
+// dQ of query tile qt of head h into dqkv's q heads (fp32) or dqkv16's (bf16), the other null (its k/v heads are not
+// written here): grid (q_tiles, NH, B), block kThreads, dynamic shared memory dq_smem<HS>(). Warp w: rows
+// 16·(w % 4) .. + 15 of the tile; half w / 4: keys
 // 32·half .. + 31 of each key tile (S, dP) and output columns HS/2·half .. (dQ).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attention_tc_bwd_dq_kernel(float* dqkv, bf16* dqkv16, const bf16* qkv, const bf16* dout, const float* lse,
-                               const float* delta, const int32_t* seg, const int2* ranges, int T, int NH, int KVH,
-                               float scale, float scale_log2) {
+                               const float* delta, Layout lay, int Tq, int Tk, int NH, int KVH, float scale,
+                               float scale_log2) {
   constexpr int R = HS + 8, NTH = HS / 16;
   SFTDP_DYNAMIC_SHARED(bf16, smem);
   bf16* sq = smem;                                                 // (kTile, R)
@@ -161,27 +171,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   bf16* sv = sk + 2 * kTile * R;                                   // [2] (kTile, R)
   int32_t* sseg = reinterpret_cast<int32_t*>(sv + 2 * kTile * R);  // [2] (kTile)
   uint32_t* sx = reinterpret_cast<uint32_t*>(sseg + 2 * kTile);    // [kWarps] (kFragWords): bf16(dS)
-  const int tiles = static_cast<int>(gridDim.x), qt = tiles - 1 - static_cast<int>(blockIdx.x);
+  const Geometry geo = geometry(lay, Tq, Tk, NH, KVH);
+  const int qt = geo.q_tiles - 1 - static_cast<int>(blockIdx.x);
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z), kvh = h / (NH / KVH);
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int rg = warp % kRowGroups, half = warp / kRowGroups, partner = warp ^ kRowGroups;
   const int g = lane / 4, tq = lane % 4, QKV = (NH + 2 * KVH) * HS, OC = NH * HS, r0 = qt * kTile;
-  const bf16* rows = qkv + static_cast<size_t>(b) * T * QKV;
-  const int32_t* seg_row = seg ? seg + static_cast<size_t>(b) * T : nullptr;
+  const bf16* rows = qkv + static_cast<size_t>(b) * Tq * QKV;
+  const int32_t* seg_row = geo.lay.seg_q ? geo.lay.seg_q + static_cast<size_t>(b) * Tq : nullptr;
 
-  load_tile<HS>(sq, rows + h * HS, QKV, r0, T);
-  load_tile<HS>(sdo, dout + static_cast<size_t>(b) * T * OC + h * HS, OC, r0, T);
+  load_tile<HS>(sq, rows + h * HS, QKV, r0, Tq);
+  load_tile<HS>(sdo, dout + static_cast<size_t>(b) * Tq * OC + h * HS, OC, r0, Tq);
   tc::cp_async_commit();
-  const auto load_kv = [&](int stage, int kt) {
-    load_kv_stage<HS>(sk, sv, sseg, stage, rows, seg_row, kt, T, NH, KVH, kvh);
-  };
-  const auto next_tile = [&](int kt) { return next_key_tile(ranges, tiles, b, qt, kt); };
-  const int t0 = r0 + rg * 16 + g, t1 = t0 + 8;
-  const int32_t seg0 = seg_row && t0 < T ? seg_row[t0] : 0, seg1 = seg_row && t1 < T ? seg_row[t1] : 0;
-  const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * T;
-  const float* delta_h = delta + (static_cast<size_t>(b) * NH + h) * T;
-  const float L[2] = {t0 < T ? lse_h[t0] * kLog2e : 0.f, t1 < T ? lse_h[t1] * kLog2e : 0.f};
-  const float Dr[2] = {t0 < T ? delta_h[t0] : 0.f, t1 < T ? delta_h[t1] : 0.f};
+  const auto load_kv = [&](int stage, int kt) { load_kv_stage<HS>(sk, sv, sseg, stage, geo, b, kvh, kt); };
+  const auto next_tile = [&](int kt) { return next_key_tile(geo, b, qt, kt); };
+  const int t0 = r0 + rg * 16 + g, t1 = t0 + 8, p0 = position(geo, t0), p1 = position(geo, t1);
+  const int p_first = position(geo, r0 + rg * 16);  // the warp's rows' smallest position
+  const int32_t seg0 = seg_row && t0 < Tq ? seg_row[t0] : 0, seg1 = seg_row && t1 < Tq ? seg_row[t1] : 0;
+  const float* lse_h = lse + (static_cast<size_t>(b) * NH + h) * Tq;
+  const float* delta_h = delta + (static_cast<size_t>(b) * NH + h) * Tq;
+  const float L[2] = {t0 < Tq ? lse_h[t0] * kLog2e : 0.f, t1 < Tq ? lse_h[t1] * kLog2e : 0.f};
+  const float Dr[2] = {t0 < Tq ? delta_h[t0] : 0.f, t1 < Tq ? delta_h[t1] : 0.f};
   float dq[NTH][4];
   SFTDP_UNROLL
   for (int nt = 0; nt < NTH; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
@@ -196,8 +206,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const bf16* V = sv + stage * kTile * R;
     const int32_t* kseg = sseg + stage * kTile;
     const int k0 = kt * kTile, c0 = half * 32;  // this half's keys: k0 + c0 ..
-    const bool all_visible =
-        k0 + kTile - 1 <= r0 + rg * 16 && k0 + kTile <= T && one_segment(ranges, tiles, b, qt, kt);
+    const bool all_visible = k0 + kTile - 1 <= p_first && k0 + kTile <= Tk && one_segment(geo, b, qt, kt);
     for (int kk = 0; kk < 2; ++kk) {  // this half's two k-steps of 16 keys: S, dP, P, dS, bf16(dS)'s A fragment
       float p[2][4], ds[2][4];
       two_products<HS, 1>(p, ds, sq, sdo, rg * 16, K, V, c0 + kk * 16);  // S, dP
@@ -205,8 +214,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       for (int nt = 0; nt < 2; ++nt) {
         SFTDP_UNROLL
         for (int e = 0; e < 4; ++e) {
-          const int c = c0 + kk * 16 + nt * 8 + 2 * tq + (e & 1), j = k0 + c, t = e < 2 ? t0 : t1;
-          const bool visible = all_visible || (j <= t && j < T && (!seg_row || kseg[c] == (e < 2 ? seg0 : seg1)));
+          const int c = c0 + kk * 16 + nt * 8 + 2 * tq + (e & 1), j = k0 + c;
+          const bool visible =
+              all_visible || (j <= (e < 2 ? p0 : p1) && j < Tk && (!seg_row || kseg[c] == (e < 2 ? seg0 : seg1)));
           p[nt][e] = visible ? exp2f(fmaf(p[nt][e], scale_log2, -L[e / 2])) : 0.f;
           ds[nt][e] = p[nt][e] * (ds[nt][e] - Dr[e / 2]);
         }
@@ -227,8 +237,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   SFTDP_UNROLL
   for (int i = 0; i < 2; ++i) {
     const int t = i ? t1 : t0;
-    if (t >= T) continue;
-    const size_t at = (static_cast<size_t>(b) * T + t) * QKV + h * HS + half * (HS / 2) + 2 * tq;
+    if (t >= Tq) continue;
+    const size_t at = (static_cast<size_t>(b) * Tq + t) * QKV + h * HS + half * (HS / 2) + 2 * tq;
     SFTDP_UNROLL
     for (int nt = 0; nt < NTH; ++nt)
       store_pair(dqkv, dqkv16, at + nt * 8, dq[nt][2 * i] * scale, dq[nt][2 * i + 1] * scale);

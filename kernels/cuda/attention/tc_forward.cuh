@@ -20,13 +20,14 @@ __global__ void attention_tc_segment_ranges_kernel(int2* ranges, const int32_t* 
   if (r == 0) ranges[blockIdx.y * gridDim.x + blockIdx.x] = make_int2(lo[0], hi[0]);
 }
 
-// out: fp32 output (the fp32 interface) or null; out16: bf16 output (act16) or null. grid (tiles, NH, B), block
-// kThreads, dynamic shared memory fwd_smem<HS>(). Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys
-// 32·half .. + 31 of each key tile (S, P) and output columns HS/2·half .. + HS/2 − 1 (O).
+// out: fp32 output (the fp32 interface) or null; out16: bf16 output (act16) or null; qkv: the query rows (B, Tq,
+// QKV), of which the q heads are read. grid (q_tiles, NH, B), block kThreads, dynamic shared memory fwd_smem<HS>().
+// Warp w: rows 16·(w % 4) .. + 15 of the tile; half w / 4: keys 32·half .. + 31 of each key tile (S, P) and output
+// columns HS/2·half .. + HS/2 − 1 (O).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    attention_tc_fwd_kernel(float* out, bf16* out16, float* lse, const bf16* qkv, const int32_t* seg,
-                            const int2* ranges, int T, int NH, int KVH, float scale, float scale_log2) {
+    attention_tc_fwd_kernel(float* out, bf16* out16, float* lse, const bf16* qkv, Layout lay, int Tq, int Tk, int NH,
+                            int KVH, float scale, float scale_log2) {
   constexpr int R = HS + 8, KS = HS / 16, NTH = HS / 16;  // NTH: n-tiles of a half's HS/2 columns
   // Q's A fragments stay in registers up to HS 64 (16 of them); above, they are read from shared memory for each
   // key tile, which keeps the kernel within 128 registers without spilling.
@@ -40,21 +41,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   float* spart = smax + kWarps * 16;                                 // [kRowGroups] (2, kWarp): half 0's lane sums of P
   float* sl = spart + kRowGroups * 2 * kWarp;                        // [kRowGroups] (16): l at the end
   uint32_t* sp = reinterpret_cast<uint32_t*>(sl + kRowGroups * 16);  // [kWarps] (kFragWords): bf16(P) fragments
-  const int tiles = static_cast<int>(gridDim.x), qt = tiles - 1 - static_cast<int>(blockIdx.x);  // long rows first
+  const Geometry geo = geometry(lay, Tq, Tk, NH, KVH);
+  const int qt = geo.q_tiles - 1 - static_cast<int>(blockIdx.x);  // long rows first
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z), kvh = h / (NH / KVH);
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int rg = warp % kRowGroups, half = warp / kRowGroups, partner = warp ^ kRowGroups;
   const int g = lane / 4, tq = lane % 4, QKV = (NH + 2 * KVH) * HS, r0 = qt * kTile;
-  const bf16* rows = qkv + static_cast<size_t>(b) * T * QKV;
-  const int32_t* seg_row = seg ? seg + static_cast<size_t>(b) * T : nullptr;
+  const bf16* rows = qkv + static_cast<size_t>(b) * Tq * QKV;
+  const int32_t* seg_row = geo.lay.seg_q ? geo.lay.seg_q + static_cast<size_t>(b) * Tq : nullptr;
 
-  load_tile<HS>(sq, rows + h * HS, QKV, r0, T);
+  load_tile<HS>(sq, rows + h * HS, QKV, r0, Tq);
   tc::cp_async_commit();
-  const auto load_kv = [&](int stage, int kt) {
-    load_kv_stage<HS>(sk, sv, sseg, stage, rows, seg_row, kt, T, NH, KVH, kvh);
-  };
-  const auto next_tile = [&](int kt) { return next_key_tile(ranges, tiles, b, qt, kt); };
-  int kt = next_tile(-1);  // never -1: the diagonal tile holds every row's own key
+  const auto load_kv = [&](int stage, int kt) { load_kv_stage<HS>(sk, sv, sseg, stage, geo, b, kvh, kt); };
+  const auto next_tile = [&](int kt) { return next_key_tile(geo, b, qt, kt); };
+  int kt = next_tile(-1);  // never -1: every row sees its own key
   load_kv(0, kt);
   tc::cp_async_wait<1>();  // Q (the first group) has landed
   __syncthreads();
@@ -64,8 +64,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     for (int ks = 0; ks < KS; ++ks) load_a<HS>(qf[ks], sq, rg * 16, ks * 16);
   }
 
-  const int t0 = r0 + rg * 16 + g, t1 = t0 + 8;
-  const int32_t seg0 = seg_row && t0 < T ? seg_row[t0] : 0, seg1 = seg_row && t1 < T ? seg_row[t1] : 0;
+  const int t0 = r0 + rg * 16 + g, t1 = t0 + 8, p0 = position(geo, t0), p1 = position(geo, t1);
+  const int p_first = position(geo, r0 + rg * 16);  // the warp's rows' smallest position (positions increase)
+  const int32_t seg0 = seg_row && t0 < Tq ? seg_row[t0] : 0, seg1 = seg_row && t1 < Tq ? seg_row[t1] : 0;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[NTH][4];
   SFTDP_UNROLL
   for (int nt = 0; nt < NTH; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
@@ -99,14 +100,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
     }
     // Mask unless every key of the tile is visible to every row of this warp.
-    const bool all_visible = k0 + kTile - 1 <= r0 + rg * 16 && k0 + kTile <= T && one_segment(ranges, tiles, b, qt, kt);
+    const bool all_visible = k0 + kTile - 1 <= p_first && k0 + kTile <= Tk && one_segment(geo, b, qt, kt);
     if (!all_visible) {
       SFTDP_UNROLL
       for (int nt = 0; nt < 4; ++nt) {
         SFTDP_UNROLL
         for (int e = 0; e < 4; ++e) {
-          const int c = c0 + nt * 8 + 2 * tq + (e & 1), j = k0 + c, t = e < 2 ? t0 : t1;
-          const bool visible = j <= t && j < T && (!seg_row || kseg[c] == (e < 2 ? seg0 : seg1));
+          const int c = c0 + nt * 8 + 2 * tq + (e & 1), j = k0 + c;
+          const bool visible = j <= (e < 2 ? p0 : p1) && j < Tk && (!seg_row || kseg[c] == (e < 2 ? seg0 : seg1));
           if (!visible) s[nt][e] = -INFINITY;
         }
       }
@@ -180,14 +181,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   SFTDP_UNROLL
   for (int i = 0; i < 2; ++i) {
     const int t = i ? t1 : t0;
-    if (t >= T) continue;
+    if (t >= Tq) continue;
     l[i] = sl[rg * 16 + i * 8 + g];
     const float inv = 1.f / l[i];  // l >= 1: t sees itself
-    const size_t at = (static_cast<size_t>(b) * T + t) * NH * HS + h * HS + half * (HS / 2) + 2 * tq;
+    const size_t at = (static_cast<size_t>(b) * Tq + t) * NH * HS + h * HS + half * (HS / 2) + 2 * tq;
     SFTDP_UNROLL
     for (int nt = 0; nt < NTH; ++nt) store_pair(out, out16, at + nt * 8, o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
     if (half == 1 && tq == 0)
-      lse[(static_cast<size_t>(b) * NH + h) * T + t] = fmaf(m[i], scale, SFTDP_PLANTED(4) ? log2f(l[i]) : logf(l[i]));
+      lse[(static_cast<size_t>(b) * NH + h) * Tq + t] = fmaf(m[i], scale, SFTDP_PLANTED(4) ? log2f(l[i]) : logf(l[i]));
   }
 }
 

@@ -67,18 +67,51 @@ __device__ __forceinline__ void load_segments(int32_t* dst, const int32_t* seg_r
   for (int r = static_cast<int>(threadIdx.x); r < kTile; r += kThreads) dst[r] = r0 + r < T ? seg_row[r0 + r] : -1;
 }
 
-// Tiles a and b of batch row b may hold a visible pair only if their segment-id ranges meet (ranges
-// null: no segments). Exact where it matters: a pair of the same id lies in both ranges.
-__device__ __forceinline__ bool ranges_meet(const int2* ranges, int tiles, int b, int qt, int kt) {
-  if (!ranges) return true;
-  const int2 q = ranges[b * tiles + qt], k = ranges[b * tiles + kt];
+// Where one launch's queries, keys and values are (tensor_cores.cu fills it in). The whole-row attention: query row t
+// at position t, K and V the k/v heads of the same qkv rows (Tq = Tk = T; one segment array and one ranges array for
+// both). Context parallelism: this rank's Tq query rows at increasing global positions qpos, against Tk gathered
+// keys and values in position order (key j at position j) with their own segment ids. dK and dV are written where K
+// and V were read, in the output buffer (dqkv's k/v heads, or the gathered positions' dkv). The shape (Tq, Tk, NH,
+// KVH) goes to the kernels as scalars beside it, which the simulator's record shows (bench/cost_model reads them).
+struct Layout {
+  const int32_t* qpos;       // (Tq) increasing, qpos[t] < Tk; null: query row t is at position t
+  const bf16* kv;            // (B, Tk, kv_ld) rows holding K and V
+  int kv_ld, k_col, v_col;   // their row stride, and the columns of k head 0 and v head 0
+  const int32_t* seg_q;      // (B, Tq) or null
+  const int32_t* seg_k;      // (B, Tk); null exactly when seg_q is
+  const int2* q_ranges;      // (B, q_tiles) (min, max) segment id of each 64-row query tile, or null
+  const int2* k_ranges;      // (B, k_tiles) of each key tile, or null
+};
+// A launch's layout with its shape, as each kernel assembles it from its arguments.
+struct Geometry {
+  Layout lay;
+  int Tq, Tk, NH, KVH, q_tiles, k_tiles;
+};
+__device__ __forceinline__ Geometry geometry(const Layout& lay, int Tq, int Tk, int NH, int KVH) {
+  return {lay, Tq, Tk, NH, KVH, (Tq + kTile - 1) / kTile, (Tk + kTile - 1) / kTile};
+}
+
+// The global position of query row t, -1 past the last row (such a row sees nothing and is never stored).
+__device__ __forceinline__ int position(const Geometry& geo, int t) {
+  return t >= geo.Tq ? -1 : geo.lay.qpos ? geo.lay.qpos[t] : t;
+}
+// The last key tile that query tile qt may see: the one holding its last row's position (causal; < Tk).
+__device__ __forceinline__ int last_key_tile(const Geometry& geo, int qt) {
+  return position(geo, min(qt * kTile + kTile - 1, geo.Tq - 1)) / kTile;
+}
+
+// Query tile qt and key tile kt of batch row b may hold a visible pair only if their segment-id ranges meet
+// (ranges null: no segments). Exact where it matters: a pair of the same id lies in both ranges.
+__device__ __forceinline__ bool ranges_meet(const Geometry& geo, int b, int qt, int kt) {
+  if (!geo.lay.q_ranges) return true;
+  const int2 q = geo.lay.q_ranges[b * geo.q_tiles + qt], k = geo.lay.k_ranges[b * geo.k_tiles + kt];
   if (SFTDP_PLANTED(3) && qt != kt) return q.x < k.y && k.x < q.y;  // misses ranges that only touch
   return q.x <= k.y && k.x <= q.y;
 }
 // Every id of both tiles is one and the same: nothing inside needs a segment mask.
-__device__ __forceinline__ bool one_segment(const int2* ranges, int tiles, int b, int qt, int kt) {
-  if (!ranges) return true;
-  const int2 q = ranges[b * tiles + qt], k = ranges[b * tiles + kt];
+__device__ __forceinline__ bool one_segment(const Geometry& geo, int b, int qt, int kt) {
+  if (!geo.lay.q_ranges) return true;
+  const int2 q = geo.lay.q_ranges[b * geo.q_tiles + qt], k = geo.lay.k_ranges[b * geo.k_tiles + kt];
   return q.x == q.y && k.x == k.y && q.x == k.x;
 }
 
@@ -174,24 +207,25 @@ __device__ __forceinline__ void store_pair(float* out32, bf16* out16, size_t i, 
 __device__ __forceinline__ float widen(float x) { return x; }
 __device__ __forceinline__ float widen(bf16 x) { return __bfloat162float(x); }
 
-// The next key tile after kt that query tile qt may see, or -1: key tiles up to the diagonal (causal)
+// The next key tile after kt that query tile qt may see, or -1: key tiles up to its last row's position (causal)
 // whose segment ranges meet the query tile's. Every thread of the block gets the same answer.
-__device__ __forceinline__ int next_key_tile(const int2* ranges, int tiles, int b, int qt, int kt) {
-  for (++kt; kt <= qt; ++kt)
-    if (ranges_meet(ranges, tiles, b, qt, kt)) return kt;
+__device__ __forceinline__ int next_key_tile(const Geometry& geo, int b, int qt, int kt) {
+  for (const int last = last_key_tile(geo, qt); ++kt <= last;)
+    if (ranges_meet(geo, b, qt, kt)) return kt;
   return -1;
 }
 
-// K and V rows [kt·64, kt·64 + 64) of k/v head kvh (rows: qkv of the batch row) into stage `stage` of
-// the two-stage tiles sk, sv, their segment ids into sseg's stage: one cp.async group.
+// K and V rows [kt·64, kt·64 + 64) of k/v head kvh of batch row b into stage `stage` of the two-stage tiles sk, sv,
+// their segment ids into sseg's stage: one cp.async group.
 template <int HS>
-__device__ __forceinline__ void load_kv_stage(bf16* sk, bf16* sv, int32_t* sseg, int stage, const bf16* rows,
-                                              const int32_t* seg_row, int kt, int T, int NH, int KVH, int kvh) {
+__device__ __forceinline__ void load_kv_stage(bf16* sk, bf16* sv, int32_t* sseg, int stage, const Geometry& geo, int b,
+                                              int kvh, int kt) {
   constexpr int R = HS + 8;
-  const int QKV = (NH + 2 * KVH) * HS;
-  load_tile<HS>(sk + stage * kTile * R, rows + (NH + kvh) * HS, QKV, kt * kTile, T);
-  load_tile<HS>(sv + stage * kTile * R, rows + (NH + KVH + kvh) * HS, QKV, kt * kTile, T);
-  if (seg_row) load_segments(sseg + stage * kTile, seg_row, kt * kTile, T);
+  const bf16* rows = geo.lay.kv + static_cast<size_t>(b) * geo.Tk * geo.lay.kv_ld;
+  load_tile<HS>(sk + stage * kTile * R, rows + geo.lay.k_col + kvh * HS, geo.lay.kv_ld, kt * kTile, geo.Tk);
+  load_tile<HS>(sv + stage * kTile * R, rows + geo.lay.v_col + kvh * HS, geo.lay.kv_ld, kt * kTile, geo.Tk);
+  if (geo.lay.seg_k)
+    load_segments(sseg + stage * kTile, geo.lay.seg_k + static_cast<size_t>(b) * geo.Tk, kt * kTile, geo.Tk);
   tc::cp_async_commit();
 }
 

@@ -31,7 +31,12 @@
 // shape: the same bits on every run. kernels/cpu/attention_bf16.cpp does the same arithmetic (its header lists each
 // rounding). Masked keys inside a visited tile must be finite (their P is 0, and 0·NaN is NaN in a product), as for
 // any attention kernel on tensor cores.
-// Accumulation: out =, lse =, dqkv =.
+// Context parallelism (attention_tc_cp_*): the same kernels with this rank's Tq query rows at increasing global
+// positions qpos against the group's Tk gathered keys and values (kernels/attention.h), the tiles' Layout
+// (tc_tiles.cuh) saying where each is. Key tiles are aligned at global positions as in the whole rows and a query
+// tile visits those up to its last row's position, so each query row's out, lse and dq are bitwise the whole-row
+// kernels' at its position; dK/dV of a key tile sum this rank's query tiles that may see it (none: zeros).
+// Accumulation: out =, lse =, dqkv = (context parallelism: its q heads =, dkv =).
 // Files: tc_tiles.cuh (constants, tile loads, fragments), tc_forward.cuh, tc_backward.cuh (the kernels), this
 // file (shared-memory sizes, launchers, the two interfaces).
 #include <cuda_bf16.h>
@@ -61,10 +66,10 @@ namespace {
 // ---- launchers ------------------------------------------------------------------------------------
 // Shared memory past the (kTile, R) bf16 tiles, the same for every head size (bench/cost_model reads HS back from
 // the total): forward: two stages of segment ids, the pair's row maxima, partial sums, l and P fragments; dK/dV: two
-// stages of lse, D and segment ids, the fragments; dQ: two stages of segment ids, the fragments.
+// stages of lse, D, segment ids and positions, the fragments; dQ: two stages of segment ids, the fragments.
 constexpr int kFwdExtraBytes = 2 * kTile * 4 + kWarps * 16 * 4 + kRowGroups * 2 * kWarp * 4 + kRowGroups * 16 * 4 +
                                kWarps * kFragWords * 4;
-constexpr int kDkvExtraBytes = 2 * 3 * kTile * 4 + kWarps * kFragWords * 4;
+constexpr int kDkvExtraBytes = 2 * 4 * kTile * 4 + kWarps * kFragWords * 4;
 constexpr int kDqExtraBytes = 2 * kTile * 4 + kWarps * kFragWords * 4;
 template <int HS>
 constexpr size_t fwd_smem() {  // Q, two stages of K and V
@@ -86,21 +91,37 @@ void allow_shared(const void* kernel, size_t bytes, bool& done) {
   done = true;
 }
 
-// What every launch of one call shares: the tiles' segment ranges (scratch; null without segments) and the scales.
-struct Prepared {
-  const int2* ranges;  // (B, tiles) or null
-  int tiles;
-  float scale, scale_log2;
+int tiles_of(int T) { return static_cast<int>(ceil_div(T, kTile)); }
+
+// The (min, max) segment id of every 64-row tile of B rows of T (scratch slot `slot`), or null without segments.
+const int2* segment_ranges(Scratch slot, const int32_t* seg, int B, int T, cudaStream_t stream) {
+  if (!seg) return nullptr;
+  int2* ranges = scratch_as<int2>(slot, static_cast<size_t>(B) * tiles_of(T));
+  SFTDP_LAUNCH(attention_tc_segment_ranges_kernel, dim3(tiles_of(T), B), kTile, 0, stream, ranges, seg, T);
+  CHECK_LAUNCH();
+  return ranges;
+}
+
+// What a launch's kernels are given: where the rows are, and the shape.
+struct Launch {
+  Layout lay;
+  int Tq, Tk, NH, KVH;
+  int q_tiles() const { return tiles_of(Tq); }
+  int k_tiles() const { return tiles_of(Tk); }
 };
-Prepared prepare(const int32_t* seg, int B, int T, int HS, cudaStream_t stream) {
-  Prepared p{nullptr, static_cast<int>(ceil_div(T, kTile)), attention_bf16::scale(HS), attention_bf16::scale_log2(HS)};
-  if (seg) {
-    int2* ranges = scratch_as<int2>(Scratch::kAttnRanges, static_cast<size_t>(B) * p.tiles);
-    SFTDP_LAUNCH(attention_tc_segment_ranges_kernel, dim3(p.tiles, B), kTile, 0, stream, ranges, seg, T);
-    CHECK_LAUNCH();
-    p.ranges = ranges;
-  }
-  return p;
+
+// The whole rows: queries, keys and values all in qkv.
+Launch whole_rows(const bf16* qkv, const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
+  const int2* ranges = segment_ranges(Scratch::kAttnRanges, seg, B, T, stream);
+  return {{nullptr, qkv, (NH + 2 * KVH) * HS, NH * HS, (NH + KVH) * HS, seg, seg, ranges, ranges}, T, T, NH, KVH};
+}
+
+// Context parallelism: Tq query rows at positions qpos against the Tk gathered rows of kv (B, Tk, 2·KVH·HS).
+Launch context_rows(const bf16* kv, const int32_t* qpos, const int32_t* seg_q, const int32_t* seg_k, int B, int Tq,
+                    int Tk, int NH, int KVH, int HS, cudaStream_t stream) {
+  const int2* q_ranges = segment_ranges(Scratch::kAttnRanges, seg_q, B, Tq, stream);
+  const int2* k_ranges = segment_ranges(Scratch::kAttnRangesKeys, seg_k, B, Tk, stream);
+  return {{qpos, kv, 2 * KVH * HS, 0, KVH * HS, seg_q, seg_k, q_ranges, k_ranges}, Tq, Tk, NH, KVH};
 }
 
 // The bf16 copy of an fp32 tensor that the fp32 interface's kernels read (scratch slot `slot`).
@@ -116,27 +137,33 @@ struct Output {
   bf16* b16;
 };
 
+struct Scales {
+  float scale, scale_log2;
+};
+Scales scales(int HS) { return {attention_bf16::scale(HS), attention_bf16::scale_log2(HS)}; }
+
 template <int HS>
-void forward_hs(Output out, float* lse, const bf16* qkv, const Prepared& p, const int32_t* seg, int B, int T, int NH,
-                int KVH, cudaStream_t stream) {
+void forward_hs(Output out, float* lse, const bf16* qkv, const Launch& l, int B, cudaStream_t stream) {
   static bool opted = false;
   allow_shared(reinterpret_cast<const void*>(&attention_tc_fwd_kernel<HS>), fwd_smem<HS>(), opted);
-  SFTDP_LAUNCH(attention_tc_fwd_kernel<HS>, dim3(p.tiles, NH, B), kThreads, fwd_smem<HS>(), stream, out.f32, out.b16,
-               lse, qkv, seg, p.ranges, T, NH, KVH, p.scale, p.scale_log2);
+  const Scales s = scales(HS);
+  SFTDP_LAUNCH(attention_tc_fwd_kernel<HS>, dim3(l.q_tiles(), l.NH, B), kThreads, fwd_smem<HS>(), stream, out.f32,
+               out.b16, lse, qkv, l.lay, l.Tq, l.Tk, l.NH, l.KVH, s.scale, s.scale_log2);
   CHECK_LAUNCH();
 }
 
 template <int HS>
-void backward_hs(Output dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* delta,
-                 const Prepared& p, const int32_t* seg, int B, int T, int NH, int KVH, cudaStream_t stream) {
+void backward_hs(Output dq, Output dkv, const bf16* qkv, const bf16* dout, const float* lse, const float* delta,
+                 const Launch& l, int B, cudaStream_t stream) {
   static bool opted_dkv = false, opted_dq = false;
   allow_shared(reinterpret_cast<const void*>(&attention_tc_bwd_dkv_kernel<HS>), dkv_smem<HS>(), opted_dkv);
   allow_shared(reinterpret_cast<const void*>(&attention_tc_bwd_dq_kernel<HS>), dq_smem<HS>(), opted_dq);
-  SFTDP_LAUNCH(attention_tc_bwd_dkv_kernel<HS>, dim3(p.tiles, KVH, B), kThreads, dkv_smem<HS>(), stream, dqkv.f32,
-               dqkv.b16, qkv, dout, lse, delta, seg, p.ranges, T, NH, KVH, p.scale, p.scale_log2);
+  const Scales s = scales(HS);
+  SFTDP_LAUNCH(attention_tc_bwd_dkv_kernel<HS>, dim3(l.k_tiles(), l.KVH, B), kThreads, dkv_smem<HS>(), stream, dkv.f32,
+               dkv.b16, qkv, dout, lse, delta, l.lay, l.Tq, l.Tk, l.NH, l.KVH, s.scale, s.scale_log2);
   CHECK_LAUNCH();
-  SFTDP_LAUNCH(attention_tc_bwd_dq_kernel<HS>, dim3(p.tiles, NH, B), kThreads, dq_smem<HS>(), stream, dqkv.f32,
-               dqkv.b16, qkv, dout, lse, delta, seg, p.ranges, T, NH, KVH, p.scale, p.scale_log2);
+  SFTDP_LAUNCH(attention_tc_bwd_dq_kernel<HS>, dim3(l.q_tiles(), l.NH, B), kThreads, dq_smem<HS>(), stream, dq.f32,
+               dq.b16, qkv, dout, lse, delta, l.lay, l.Tq, l.Tk, l.NH, l.KVH, s.scale, s.scale_log2);
   CHECK_LAUNCH();
 }
 
@@ -164,32 +191,28 @@ void with_head_size(int HS, F&& f) {
   SFTDP_ASSERT(false, "attention_tc: head size " + std::to_string(HS) + " has no tensor-core kernel");
 }
 
-void check_dims(const char* op, int B, int T, int NH, int KVH) {
-  SFTDP_ASSERT(B >= 0 && T > 0 && NH > 0 && KVH > 0 && NH % KVH == 0,
+void check_dims(const char* op, int B, int Tq, int Tk, int NH, int KVH) {
+  SFTDP_ASSERT(B >= 0 && Tq > 0 && Tk > 0 && NH > 0 && KVH > 0 && NH % KVH == 0,
                std::string(op) + ": need B >= 0, T > 0 and NH a positive multiple of KVH");
   SFTDP_ASSERT(B <= 65535 && NH <= 65535, std::string(op) + ": B and NH must fit gridDim.z/y (65535)");
 }
 
-// Both interfaces' forward on bf16 q|k|v.
-void forward(Output out, float* lse, const bf16* qkv, const int32_t* seg, int B, int T, int NH, int KVH, int HS,
-             cudaStream_t stream) {
-  const Prepared p = prepare(seg, B, T, HS, stream);
-  with_head_size(HS, [&]<int kHS>() { forward_hs<kHS>(out, lse, qkv, p, seg, B, T, NH, KVH, stream); });
+// Both interfaces' forward on bf16 q|k|v (the query rows) and the launch's keys and values.
+void forward(Output out, float* lse, const bf16* qkv, const Launch& launch, int B, int HS, cudaStream_t stream) {
+  with_head_size(HS, [&]<int kHS>() { forward_hs<kHS>(out, lse, qkv, launch, B, stream); });
 }
 
-// Both interfaces' backward on bf16 q|k|v and dO (O: the stored output's type, which D reads).
+// Both interfaces' backward on bf16 q|k|v and dO (O: the stored output's type, which D reads): dQ into dq's q heads,
+// dK and dV into dkv laid out as the launch's keys and values.
 template <class O>
-void backward(Output dqkv, const bf16* dout, const bf16* qkv, const O* out, const float* lse, const int32_t* seg, int B,
-              int T, int NH, int KVH, int HS, cudaStream_t stream) {
-  const Prepared p = prepare(seg, B, T, HS, stream);
-  const size_t rows = static_cast<size_t>(B) * T * NH;
+void backward(Output dq, Output dkv, const bf16* dout, const bf16* qkv, const O* out, const float* lse,
+              const Launch& launch, int B, int HS, cudaStream_t stream) {
+  const size_t rows = static_cast<size_t>(B) * launch.Tq * launch.NH;
   float* delta = scratch_as<float>(Scratch::kAttnDelta, rows);
   SFTDP_LAUNCH(attention_tc_bwd_delta_kernel<O>, static_cast<unsigned>(ceil_div(rows, kWarps)), kThreads, 0, stream,
-               delta, dout, out, static_cast<int>(rows), T, NH, HS);
+               delta, dout, out, static_cast<int>(rows), launch.Tq, launch.NH, HS);
   CHECK_LAUNCH();
-  with_head_size(HS, [&]<int kHS>() {
-    backward_hs<kHS>(dqkv, qkv, dout, lse, delta, p, seg, B, T, NH, KVH, stream);
-  });
+  with_head_size(HS, [&]<int kHS>() { backward_hs<kHS>(dq, dkv, qkv, dout, lse, delta, launch, B, stream); });
 }
 
 }  // namespace
@@ -197,22 +220,56 @@ void backward(Output dqkv, const bf16* dout, const bf16* qkv, const O* out, cons
 void attention_tc_fwd(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T, int NH, int KVH,
                       int HS, cudaStream_t stream) {
   if (!attention_bf16::tensor_cores(HS)) return attention_fwd_bf16(out, lse, qkv, seg, B, T, NH, KVH, HS, stream);
-  check_dims("attention_tc_fwd", B, T, NH, KVH);
+  check_dims("attention_tc_fwd", B, T, T, NH, KVH);
   if (B == 0) return;
   const size_t n = static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS;
-  forward({out, nullptr}, lse, bf16_copy(Scratch::kAttnQkv16, qkv, n, stream), seg, B, T, NH, KVH, HS, stream);
+  const bf16* qkv16 = bf16_copy(Scratch::kAttnQkv16, qkv, n, stream);
+  forward({out, nullptr}, lse, qkv16, whole_rows(qkv16, seg, B, T, NH, KVH, HS, stream), B, HS, stream);
 }
 
 void attention_tc_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                       const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
   if (!attention_bf16::tensor_cores(HS))
     return attention_bwd_bf16(dqkv, dout, qkv, out, lse, seg, B, T, NH, KVH, HS, stream);
-  check_dims("attention_tc_bwd", B, T, NH, KVH);
+  check_dims("attention_tc_bwd", B, T, T, NH, KVH);
   if (B == 0) return;
   const size_t n_qkv = static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS, n_out = static_cast<size_t>(B) * T * NH * HS;
   const bf16* qkv16 = bf16_copy(Scratch::kAttnQkv16, qkv, n_qkv, stream);
   const bf16* dout16 = bf16_copy(Scratch::kAttnDout16, dout, n_out, stream);
-  backward({dqkv, nullptr}, dout16, qkv16, out, lse, seg, B, T, NH, KVH, HS, stream);
+  backward({dqkv, nullptr}, {dqkv, nullptr}, dout16, qkv16, out, lse,
+           whole_rows(qkv16, seg, B, T, NH, KVH, HS, stream), B, HS, stream);
+}
+
+void attention_tc_cp_fwd(float* out, float* lse, const float* qkv, const float* kv, const int32_t* qpos,
+                         const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
+                         cudaStream_t stream) {
+  if (!attention_bf16::tensor_cores(HS))
+    return attention_cp_fwd_bf16(out, lse, qkv, kv, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS, stream);
+  check_dims("attention_tc_cp_fwd", B, Tq, Tk, NH, KVH);
+  if (B == 0) return;
+  const size_t n_qkv = static_cast<size_t>(B) * Tq * (NH + 2 * KVH) * HS;
+  const size_t n_kv = static_cast<size_t>(B) * Tk * 2 * KVH * HS;
+  const bf16* qkv16 = bf16_copy(Scratch::kAttnQkv16, qkv, n_qkv, stream);
+  const bf16* kv16 = bf16_copy(Scratch::kAttnKv16, kv, n_kv, stream);
+  forward({out, nullptr}, lse, qkv16, context_rows(kv16, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS, stream), B, HS,
+          stream);
+}
+
+void attention_tc_cp_bwd(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                         const float* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                         const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS, cudaStream_t stream) {
+  if (!attention_bf16::tensor_cores(HS))
+    return attention_cp_bwd_bf16(dqkv, dkv, dout, qkv, kv, out, lse, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS,
+                                 stream);
+  check_dims("attention_tc_cp_bwd", B, Tq, Tk, NH, KVH);
+  if (B == 0) return;
+  const size_t n_qkv = static_cast<size_t>(B) * Tq * (NH + 2 * KVH) * HS;
+  const size_t n_kv = static_cast<size_t>(B) * Tk * 2 * KVH * HS;
+  const bf16* qkv16 = bf16_copy(Scratch::kAttnQkv16, qkv, n_qkv, stream);
+  const bf16* kv16 = bf16_copy(Scratch::kAttnKv16, kv, n_kv, stream);
+  const bf16* dout16 = bf16_copy(Scratch::kAttnDout16, dout, static_cast<size_t>(B) * Tq * NH * HS, stream);
+  backward({dqkv, nullptr}, {dkv, nullptr}, dout16, qkv16, out, lse,
+           context_rows(kv16, qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS, stream), B, HS, stream);
 }
 
 namespace act16 {
@@ -221,9 +278,10 @@ void attention_fwd(uint16_t* out, float* lse, const uint16_t* qkv, const int32_t
                    int HS, cudaStream_t stream) {
   if (!attention_bf16::tensor_cores(HS))
     return attention_fwd_cuda_cores(out, lse, qkv, seg, B, T, NH, KVH, HS, stream);
-  check_dims("act16::attention_fwd", B, T, NH, KVH);
+  check_dims("act16::attention_fwd", B, T, T, NH, KVH);
   if (B == 0) return;
-  forward({nullptr, reinterpret_cast<bf16*>(out)}, lse, reinterpret_cast<const bf16*>(qkv), seg, B, T, NH, KVH, HS,
+  const bf16* qkv16 = reinterpret_cast<const bf16*>(qkv);
+  forward({nullptr, reinterpret_cast<bf16*>(out)}, lse, qkv16, whole_rows(qkv16, seg, B, T, NH, KVH, HS, stream), B, HS,
           stream);
 }
 
@@ -231,10 +289,35 @@ void attention_bwd(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, co
                    const int32_t* seg, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
   if (!attention_bf16::tensor_cores(HS))
     return attention_bwd_cuda_cores(dqkv, dout, qkv, out, lse, seg, B, T, NH, KVH, HS, stream);
-  check_dims("act16::attention_bwd", B, T, NH, KVH);
+  check_dims("act16::attention_bwd", B, T, T, NH, KVH);
   if (B == 0) return;
-  backward({nullptr, reinterpret_cast<bf16*>(dqkv)}, reinterpret_cast<const bf16*>(dout),
-           reinterpret_cast<const bf16*>(qkv), reinterpret_cast<const bf16*>(out), lse, seg, B, T, NH, KVH, HS, stream);
+  const bf16* qkv16 = reinterpret_cast<const bf16*>(qkv);
+  const Output d{nullptr, reinterpret_cast<bf16*>(dqkv)};
+  backward(d, d, reinterpret_cast<const bf16*>(dout), qkv16, reinterpret_cast<const bf16*>(out), lse,
+           whole_rows(qkv16, seg, B, T, NH, KVH, HS, stream), B, HS, stream);
+}
+
+void attention_cp_fwd(uint16_t* out, float* lse, const uint16_t* qkv, const uint16_t* kv, const int32_t* qpos,
+                      const int32_t* seg_q, const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS,
+                      cudaStream_t stream) {
+  SFTDP_ASSERT(attention_bf16::tensor_cores(HS), "act16::attention_cp_fwd: head sizes on tensor cores only");
+  check_dims("act16::attention_cp_fwd", B, Tq, Tk, NH, KVH);
+  if (B == 0) return;
+  forward({nullptr, reinterpret_cast<bf16*>(out)}, lse, reinterpret_cast<const bf16*>(qkv),
+          context_rows(reinterpret_cast<const bf16*>(kv), qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS, stream), B, HS,
+          stream);
+}
+
+void attention_cp_bwd(uint16_t* dqkv, float* dkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* kv,
+                      const uint16_t* out, const float* lse, const int32_t* qpos, const int32_t* seg_q,
+                      const int32_t* seg_k, int B, int Tq, int Tk, int NH, int KVH, int HS, cudaStream_t stream) {
+  SFTDP_ASSERT(attention_bf16::tensor_cores(HS), "act16::attention_cp_bwd: head sizes on tensor cores only");
+  check_dims("act16::attention_cp_bwd", B, Tq, Tk, NH, KVH);
+  if (B == 0) return;
+  backward({nullptr, reinterpret_cast<bf16*>(dqkv)}, {dkv, nullptr}, reinterpret_cast<const bf16*>(dout),
+           reinterpret_cast<const bf16*>(qkv), reinterpret_cast<const bf16*>(out), lse,
+           context_rows(reinterpret_cast<const bf16*>(kv), qpos, seg_q, seg_k, B, Tq, Tk, NH, KVH, HS, stream), B, HS,
+           stream);
 }
 
 }  // namespace act16
