@@ -93,23 +93,40 @@ def default_build():
     return os.environ.get("SFTDP_BUILD_DIR") or os.path.join(root, "build-sim")
 
 
-def record_step(build, overrides, path, real=False, extra_env=None, warmup=0):
+def record_step(build, overrides, path, real=False, extra_env=None, warmup=0, ranks=1):
     """Runs bench/gpu_step_record with `overrides` (a list of key=value), after `warmup` steps it does not record,
-    into a fresh record at `path`."""
+    into a fresh record at `path` (returned); on `ranks` > 1 ranks (mpirun) into one record per rank, whose paths
+    are returned (rank_paths)."""
     exe = os.path.join(build, "bench", "gpu_step_record")
     if not os.path.exists(exe):
         raise SystemExit(f"gpu_cost: {exe} not found: build it in a simulator build "
                          "(-DSFTDP_CUDA_SIM=ON, target gpu_step_record)")
-    if os.path.exists(path):
-        os.remove(path)
-    env = dict(os.environ, SFTDP_SIM_RECORD=path, SFTDP_SIM_DEVICE_MEMORY="80G",  # an H100's 80 GB
+    paths = rank_paths(path, ranks)
+    for each in paths:
+        if os.path.exists(each):
+            os.remove(each)
+    env = dict(os.environ, SFTDP_SIM_RECORD=path if ranks == 1 else rank_pattern(path),
+               SFTDP_SIM_DEVICE_MEMORY="80G",  # an H100's 80 GB
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **(extra_env or {}))
     env["SFTDP_SIM_RECORD_ONLY"] = "0" if real else "1"
-    p = subprocess.run([exe] + (["--warmup", str(warmup)] if warmup else []) + list(overrides), env=env,
-                       capture_output=True, text=True)
+    cmd = [exe] + (["--warmup", str(warmup)] if warmup else []) + list(overrides)
+    if ranks > 1:  # one simulated GPU per rank, each recording its own step
+        env["SFTDP_SIM_DEVICES"] = str(ranks)
+        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe"] + cmd
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"gpu_cost: {exe} {' '.join(overrides)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
-    return path
+    return path if ranks == 1 else paths
+
+
+def rank_pattern(path):
+    """The record path of each rank of a several-rank step: `stem.%r.jsonl` (the simulator puts the rank for %r)."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.%r{ext}"
+
+
+def rank_paths(path, ranks):
+    return [path] if ranks == 1 else [rank_pattern(path).replace("%r", str(r)) for r in range(ranks)]
 
 
 def main(argv=None):

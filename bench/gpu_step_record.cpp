@@ -11,8 +11,11 @@
 //     SFTDP_GPU_PROFILE=profile.jsonl gpu_step_record --warmup 3 model_name=gpt2-124m ...
 // --warmup N: N steps first, neither recorded nor profiled (on a GPU: cuBLASLt's algorithms chosen, the
 // scratch buffers grown, as in every step of a run but the first); their times go into the profile's header.
-// Keys are the trainer's (configs/reference.yml): the model preset and its overrides, global_batch_size (=
-// B: one rank, one micro-step), max_target_length (T), dtype, remat, the optimizer's. The batch is
+// Keys are the trainer's (configs/reference.yml): the model preset and its overrides, global_batch_size (one
+// micro-step), max_target_length (T), dtype, weight_dtype, remat, zero_stage, context_parallelism, lora_*, the
+// optimizer's. On several ranks (mpirun -np N, SFTDP_SIM_DEVICES=N; SFTDP_SIM_RECORD=step.%r.jsonl: a record per
+// rank) the model, its context-parallel group and the optimiser are made as the trainer makes them
+// (src/train/trainer.cpp), and each rank records its own step. The batch is
 // bench::random_batch (random tokens, the first quarter of each row with loss weight 0); the parameters
 // are init_params's. The "step begin" mark and the profile's header carry the model's dimensions, B, T, the
 // weighted positions, bench::train_flops (the project's FLOP convention) and the key=value overrides (what
@@ -28,17 +31,20 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "harness.h"
 #include "kernels/cuda/profile.cuh"
 #include "kernels/ops.h"
+#include "model/context_split.h"
 #include "sftdp/check.h"
 #include "sftdp/comm.h"
 #include "sftdp/config.h"
 #include "sftdp/model.h"
 #include "sftdp/optim.h"
+#include "train/memory_plan.h"
 
 #ifdef SFTDP_CUDA_SIM
 #include "cudasim/record.h"
@@ -70,7 +76,7 @@ std::string json_number(double x) {
 }
 
 std::string dims_fields(const config::Config& cfg, const config::ModelDims& d, int B, int T, int weighted,
-                        const std::vector<std::string>& overrides) {
+                        const std::vector<std::string>& overrides, int rank, int world) {
   auto b = [](bool x) { return std::string(x ? "true" : "false"); };
   std::string keys;
   for (const auto& o : overrides) {
@@ -86,7 +92,9 @@ std::string dims_fields(const config::Config& cfg, const config::ModelDims& d, i
          ",\"B\":" + std::to_string(B) + ",\"T\":" + std::to_string(T) +
          ",\"weighted_positions\":" + std::to_string(weighted) + ",\"dtype\":" + json_string(cfg.dtype) +
          ",\"remat\":" + b(cfg.remat) + ",\"train_flops\":" + json_number(bench::train_flops(d, B, T)) +
-         ",\"overrides\":[" + keys + "]";
+         ",\"rank\":" + std::to_string(rank) + ",\"world\":" + std::to_string(world) +
+         ",\"zero_stage\":" + std::to_string(cfg.zero_stage) +
+         ",\"context_parallelism\":" + std::to_string(cfg.context_parallelism) + ",\"overrides\":[" + keys + "]";
 }
 
 struct Options {
@@ -113,19 +121,30 @@ int run(int argc, char** argv, comm::MpiSession& mpi) {
   const Options opt_args = parse_options(argc, argv);
   // The trainer's config keys and checks; train_files is required there but never read here.
   const config::Config cfg = config::from_yaml_text("train_files: random-batch\n", opt_args.overrides, "gpu_step_record");
-  SFTDP_ASSERT(mpi.world() == 1, "gpu_step_record runs on one rank");
-  const auto plan = config::resolve_batch(cfg, 1);
-  SFTDP_ASSERT(plan.ga_steps == 1, "gpu_step_record: one micro-step per step (gradient_accumulation_steps=1)");
+  const int world = mpi.world(), rank = mpi.rank();
+  const auto plan = config::resolve_batch(cfg, world);
+  if (plan.ga_steps != 1) throw UserError("gradient_accumulation_steps: one micro-step per step here");
   const config::ModelDims d = config::model_dims(cfg);
   const int B = static_cast<int>(plan.micro_batch), T = static_cast<int>(cfg.max_target_length);
   if (!cuda_device_available()) throw UserError("no CUDA device (run it on a GPU or in the simulator build)");
-  cuda_select_device(0);
+  cuda_select_device(mpi.local_rank());
   const bool bf16 = cfg.dtype == "bfloat16" || cfg.weight_dtype == "bfloat16";
   const Ops& ops = *cuda_ops(bf16 ? GemmInputs::kBf16 : GemmInputs::kFp32);
   const auto comm = comm::make_nccl_communicator();
-  const auto model_ptr = model::make_model(d, ops, B, T, cfg.remat, cfg.dtype == "bfloat16");
+  // The model as the trainer makes it (src/train/trainer.cpp): this rank's positions, LoRA, the ZeRO stage's
+  // storage, bf16 weights, and the context-parallel group.
+  const int zero_stage = static_cast<int>(cfg.zero_stage);
+  const model::LoraSpec lora = model::lora_spec(cfg, d);
+  const auto model_ptr = model::make_model(
+      d, ops, B, static_cast<int>(plan.local_positions(T)), cfg.remat, train::bf16_activations(cfg, true, d), lora,
+      config::model_zero_stage(zero_stage), train::bf16_weights(cfg.weight_dtype == "bfloat16", true, zero_stage, lora));
   model::Model& model = *model_ptr;
-  optim::AdamW opt(model, *comm, static_cast<int>(cfg.zero_stage));
+  std::unique_ptr<comm::Group> context_group;
+  if (plan.context_parallelism > 1) {
+    context_group = comm->context_group(plan.context_parallelism);
+    model.set_context_parallel(model::context_split(T, world, rank, plan.context_parallelism), context_group.get());
+  }
+  optim::AdamW opt(model, *comm, zero_stage);
   const bool only = sim::record_only();
   if (!only) {
     std::vector<float> params;
@@ -144,12 +163,13 @@ int run(int argc, char** argv, comm::MpiSession& mpi) {
     model.zero_grads();
     model.forward_backward(batch);
     opt.reduce_gradients();
-    if (only) {  // see the file header: what a real step's sums would be, outside the record
-      const float sums[2] = {static_cast<float>(weighted * std::log(static_cast<double>(d.V))),
-                             static_cast<float>(weighted)};
+    if (only) {  // see the file header: what a real step's sums would be (this rank's share), outside the record
+      const double share = static_cast<double>(weighted) / world;
+      const float sums[2] = {static_cast<float>(share * std::log(static_cast<double>(d.V))),
+                             static_cast<float>(share)};
       const bool was_paused = t < opt_args.warmup;
       sim::record_pause(true);
-      ops.to_device(model.grads() + model.trainable_layout().total, sums, sizeof sums);
+      ops.to_device(model.sums(), sums, sizeof sums);
       sim::record_pause(was_paused);
     }
     stats = opt.apply(cfg, optim::learning_rate(cfg, t, opt_args.warmup + 1), t + 1);
@@ -169,7 +189,7 @@ int run(int argc, char** argv, comm::MpiSession& mpi) {
   }
   sim::record_pause(false);
 
-  const std::string fields = dims_fields(cfg, d, B, T, weighted, opt_args.overrides);
+  const std::string fields = dims_fields(cfg, d, B, T, weighted, opt_args.overrides, rank, world);
   const bool profiling = cuda::profile::enabled();
   if (profiling) cuda::profile::begin(fields + ",\"warmup_ms\":[" + warmup_ms + "],\"gemm_inputs\":" +
                                       json_string(ops.name));

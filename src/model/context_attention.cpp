@@ -10,9 +10,9 @@
 //             attention's backward gives this rank's query gradients and its part of every position's
 //             k/v gradient, which go back in member order and are reduce-scattered: each rank receives
 //             the group's sum for its own rows' k/v heads.
-// On the act16 path (bf16 activations) the k/v heads are gathered as bf16 (half the bytes) and attended on tensor
-// cores (act16::attention_cp_*); their gradients stay fp32 through the reduce-scatter and are rounded once, into
-// this rank's rows of dqkv.
+// On the act16 path (bf16 activations) the k/v heads are gathered as bf16 (half the bytes, and both the slots and
+// every position's k/v in the bytes of one fp32 slot buffer) and attended on tensor cores (act16::attention_cp_*);
+// their gradients stay fp32 through the reduce-scatter and are rounded once, into this rank's rows of dqkv.
 // K/V are gathered rather than passed around a ring: under GQA they are NH/KVH times smaller than the
 // queries (Llama 3's choice), and one all-gather per layer moves (n − 1)/n of them per rank, as a ring
 // would in n − 1 steps. Deterministic: copies, and the group's reduce-scatter, whose sums are in an
@@ -47,10 +47,10 @@ void Model::set_context_parallel(const ContextSplit& split, comm::Group* group) 
   cp->slot_rows = alloc_ints(split.n * B * Tq);
   cp->kv_local = alloc_acts(B * Tq * W);
   cp->kv_slots = alloc_acts(B * T * W);
-  if (act16) {
-    cp->kv_all16 = alloc_acts_bf16(B * T * W);
+  if (act16) {  // kv_slots's fp32 bytes hold both bf16 buffers of a gather: the slots, then every position's k/v
     cp->kv_local16 = reinterpret_cast<uint16_t*>(cp->kv_local);
     cp->kv_slots16 = reinterpret_cast<uint16_t*>(cp->kv_slots);
+    cp->kv_all16 = cp->kv_slots16 + B * T * W;
   } else {
     cp->kv_all = alloc_acts(B * T * W);
   }
@@ -61,9 +61,9 @@ void Model::set_context_parallel(const ContextSplit& split, comm::Group* group) 
 size_t context_parallel_bytes(const config::ModelDims& d, int B, int T, int cp, bool bf16_keys) {
   if (cp <= 1) return 0;
   const size_t W = 2 * static_cast<size_t>(d.kv_heads()) * d.head_size(), rows = static_cast<size_t>(B) * T;
-  // kv_local (B·T/cp rows), kv_slots, dkv_all (B·T rows each), kv_all (or kv_all16); qpos, seg_k, slot_rows
-  return (rows / cp + 2 * rows) * W * sizeof(float) + rows * W * (bf16_keys ? sizeof(uint16_t) : sizeof(float)) +
-         (T / cp + 2 * rows) * sizeof(int32_t);
+  // kv_local (B·T/cp rows), kv_slots, dkv_all, kv_all (B·T rows each; act16: kv_all16 inside kv_slots); qpos,
+  // seg_k, slot_rows
+  return (rows / cp + (bf16_keys ? 2 : 3) * rows) * W * sizeof(float) + (T / cp + 2 * rows) * sizeof(int32_t);
 }
 
 int Model::context_parallelism() const { return cp_ ? cp_->split.n : 1; }

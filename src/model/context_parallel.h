@@ -22,8 +22,9 @@ struct Model::ContextParallel {
   // slots (and the gradients to scatter); (max_B·T, W) every position's k/v and this rank's part of their
   // gradients; W = 2·KVH·HS.
   float *kv_local = nullptr, *kv_slots = nullptr, *kv_all = nullptr, *dkv_all = nullptr;
-  // The act16 path: the k/v heads move as bf16 (kv_local16 and kv_slots16 in the first half of kv_local's and
-  // kv_slots's bytes; kv_all16 instead of kv_all), their gradients as fp32 (dkv_all, kv_slots, kv_local).
+  // The act16 path: the k/v heads move as bf16 (kv_local16 in the first half of kv_local's bytes, kv_slots16 and
+  // kv_all16 in the two halves of kv_slots's; no kv_all), their gradients as fp32 (dkv_all, kv_slots, kv_local):
+  // a backward's gradients overwrite kv_slots only after its attention has read kv_all16.
   uint16_t *kv_local16 = nullptr, *kv_slots16 = nullptr, *kv_all16 = nullptr;
   // The qkv buffer kv_all was last gathered from, while it still holds what was gathered (null: nothing):
   // a layer's backward that follows its own forward (the last layer; every layer under remat, whose

@@ -7,7 +7,10 @@ trainer step (bench/gpu_step_record.cpp):
   recorded record-only and for real give the same lines for the step; every line is costed; the GEMM FLOPs
   summed from the records equal the Linear layers' 6·rows·IC·OC (forward, dX, dW; the fused LM head on the
   weighted positions only) exactly; the recorder's model FLOPs are bench::train_flops's formula, and the
-  predicted time and MFU follow from the costed items; the command line prints the same totals."""
+  predicted time and MFU follow from the costed items; the command line prints the same totals;
+- the budgets of issue 34 (GPT-2 124M bf16: bytes and operations) and issue 43 (ZeRO-3 on 2 GPUs, context
+  parallelism 2 at T = 8192: bytes and operations beside one GPU's step of the same per-rank shape), each with
+  the activations between kernels bf16 where the act16 path keeps them so."""
 import glob
 import json
 import os
@@ -196,6 +199,7 @@ def test_the_gpt2_124m_bf16_step_fits_its_byte_and_launch_budget(workdir, note):
     written once) in at most 400 device operations. Before the act16 path: 57.6 GB in 754."""
     keys = ["model_name=gpt2-124m", "global_batch_size=8", "max_target_length=1024", "dtype=bfloat16"]
     mark, recs = gpu_cost.load(gpu_cost.record_step(BUILD, keys, os.path.join(workdir, "gpt2_124m_bf16.jsonl")))
+    bf16_between_kernels(recs)
     items = gpu_cost.cost(recs)
     moved = sum(i.bytes for i in items) / 1e9
     predicted = gpu_cost.summarize(mark, items)["predicted_ms"]
@@ -203,3 +207,62 @@ def test_the_gpt2_124m_bf16_step_fits_its_byte_and_launch_budget(workdir, note):
          f"{predicted:.2f} ms on an {gpu_cost.DEVICE}")
     assert len(items) <= 400
     assert moved <= 30.0
+
+
+# Issue 43's budgets per configuration beside (a) above: the step of a rank of a sharded or context-parallel group
+# against the data-parallel step of one rank of the same per-rank shape (the same model, rows and positions per
+# rank): what the split adds — ZeRO-3's unit gathers and reduce-scatters, context parallelism's key/value gathers,
+# their gradients' reduce-scatter and attention over every key — at most 25% more bytes through device memory (the
+# cost model's fewest bytes of every operation, summed) and 50% more device operations, on the rank that moves the
+# most. And in each, the activations between kernels are bf16 as on the one-rank bf16 path (bf16_between_kernels).
+SMOL = ["model_name=smollm2-135m", "dtype=bfloat16", "gradient_clipping_threshold=0"]
+
+
+def step_totals(paths):
+    """(bytes, operations) of the step of each rank's record, the largest of the ranks."""
+    totals = []
+    for path in paths if isinstance(paths, list) else [paths]:
+        _, recs = gpu_cost.load(path)
+        items = gpu_cost.cost(recs)
+        totals.append((sum(i.bytes for i in items), len(items)))
+        bf16_between_kernels(recs)
+    return max(t[0] for t in totals), max(t[1] for t in totals)
+
+
+def bf16_between_kernels(recs):
+    """No fp32 activation crosses between the bf16 table's kernels where the act16 path keeps bf16: every GEMM reads
+    bf16 A and B, and the tensor-core attention reads bf16 q|k|v (and gathered k|v, dO), writes a bf16 output and a bf16
+    query gradient. (fp32 by design: the residual stream and its gradient, the norms' statistics, gradient sums, and
+    context parallelism's k/v gradient partials, reduce-scattered in fp32 and rounded once.)"""
+    for r in recs:
+        if r["op"] == "gemm":
+            assert r["a_type"] == "bf16" and r["b_type"] == "bf16", r
+        elif r["op"] == "kernel" and r["name"].startswith("attention_tc_") and "delta" not in r["name"] \
+                and "segment" not in r["name"]:
+            args = dict(zip(gpu_cost.KERNELS[r["name"].split("<")[0]].params, r["args"]))
+            for name in ("qkv", "dout"):
+                if name in args:
+                    assert "bfloat16" in args[name]["type"], (r["name"], name, args[name])
+            for fp32_out in ("out", "dqkv"):
+                if fp32_out in args:
+                    assert args[fp32_out].get("alloc") is None, (r["name"], fp32_out, "an fp32 activation")
+
+
+@pytest.mark.parametrize("split, keys, one_rank", [
+    ("zero3", ["global_batch_size=2", "max_target_length=1024", "weight_dtype=bfloat16", "zero_stage=3"],
+     ["global_batch_size=1", "max_target_length=1024", "weight_dtype=bfloat16"]),
+    ("cp2", ["global_batch_size=1", "max_target_length=8192", "context_parallelism=2"],
+     ["global_batch_size=1", "max_target_length=4096"]),
+], ids=["smollm2-135m-zero3-2gpus", "smollm2-135m-cp2-T8192"])
+@needs_recorder
+def test_a_sharded_or_context_parallel_step_fits_its_budget(workdir, note, split, keys, one_rank):
+    """(b) SmolLM2-135M ZeRO-3 on 2 simulated GPUs (T = 1024, a row each) against one GPU's ZeRO-0 step of a row;
+    (c) a Llama-family model (SmolLM2-135M) with context parallelism 2 at T = 8192 against one GPU's step of the 4096
+    positions a rank holds. Records made record-only (nothing runs)."""
+    moved, ops = step_totals(gpu_cost.record_step(BUILD, SMOL + keys, os.path.join(workdir, f"{split}.jsonl"),
+                                                  ranks=2))
+    ref_moved, ref_ops = step_totals(gpu_cost.record_step(BUILD, SMOL + one_rank,
+                                                          os.path.join(workdir, f"{split}_1.jsonl")))
+    note(f"smollm2-135m {split} on 2 simulated GPUs: {moved / 1e9:.2f} GB, {ops} device operations per rank; one GPU at "
+         f"the same per-rank shape {ref_moved / 1e9:.2f} GB, {ref_ops}: {moved / ref_moved:.2f}x, {ops / ref_ops:.2f}x")
+    assert moved <= 1.25 * ref_moved and ops <= 1.5 * ref_ops
