@@ -110,17 +110,11 @@ def test_a_stopped_rank_ends_a_context_parallel_job(tmp_path, note):
     """The group's collectives are stream-ordered (the host waits once per pass, issue 43): a rank stopped inside a
     step of a context_parallelism 2 job on 2 GPUs still ends it within collective_timeout_s, rank 0 naming it."""
     from test_rank_stopped_mpi import BOUND_S, TIMEOUT_S, stop_one_rank
-    # 4 rows a step: ~0.84 s a simulated step under ASan (16 rows took 2.65 s, too near the 3 s deadline: on a loaded
-    # machine a slow step looks like a stopped rank, and the job ended by the deadline before step 3).
     code, elapsed, out, step = stop_one_rank(str(tmp_path), 1, hardware="gpu", env_extra={"SFTDP_SIM_DEVICES": "2"},
-                                             model=dict(emb_dim=32, mlp_dim=64, num_heads=2, context_parallelism=2,
-                                                        global_batch_size=4),
+                                             model=dict(emb_dim=32, mlp_dim=64, num_heads=2, context_parallelism=2),
                                              into_step=0.33)
     note(f"context parallelism 2 on 2 GPUs: rank 1 stopped after step {step}: exit {code} {elapsed:.1f} s later")
     assert code not in (None, 0), f"mpirun exits non-zero (got {code})"
-    # Ended by the deadline, within the bound. Not necessarily TIMEOUT_S after the stop: the host queues a whole pass
-    # and starts the group's clock at the pass's one wait, which it may reach before the stop lands.
-    assert elapsed < BOUND_S, f"ended within {BOUND_S} s ({elapsed:.1f} s)"
-    assert f"collective_timeout_s: {TIMEOUT_S:g})" in out, out[-2000:]
+    assert TIMEOUT_S <= elapsed < BOUND_S, f"ended by the deadline, within {BOUND_S} s ({elapsed:.1f} s)"
     # The stop lands a third into a step: rank 0 waits at the end of its pass, for the group's collectives.
     assert "[rank 0@" in out and "error: rank 1 (" in out and "the context group's key/value" in out, out[-2000:]

@@ -21,7 +21,7 @@ def stop_one_rank(d, victim, hardware="cpu", env_extra=None, model=None, into_st
     """Runs the job, SIGSTOPs rank `victim` after step 3; returns (exit status, seconds from the
     stop to mpirun's exit, mpirun's output, step at the stop). tests/integration/test_cuda_e2e.py
     runs it with hardware=gpu on simulated GPUs (the NCCL communicator's deadline) and a smaller
-    `model` (keys over the default ones, any config key), whose simulated steps stay well under the deadline.
+    `model` (keys over the default one), whose simulated steps stay well under the deadline.
     into_step: the stop comes that fraction of a step time after the step's metrics appear, so
     the victim is inside the next step's forward/backward and the others wait in its gradient
     allreduce (0: at once, when the victim may still be in the step-boundary host allreduce)."""
@@ -29,10 +29,10 @@ def stop_one_rank(d, victim, hardware="cpu", env_extra=None, model=None, into_st
         make_data(f"{d}/train.h5", 256, seed=1)
     # ~25-40 ms a step on 2 ranks: 2000 steps cannot finish before the stop.
     model = model or dict(emb_dim=128, mlp_dim=512, num_heads=4)
-    keys = dict(TINY_MODEL, run_name="r", base_output_directory=f"{d}/out", train_files=f"{d}/train.h5",
-                max_target_length=16, global_batch_size=16, steps=2000, learning_rate=1e-3, checkpoint_period=0,
-                hardware=hardware, seed=3, collective_timeout_s=TIMEOUT_S)
-    cfg = write_config(f"{d}/c.yml", **dict(keys, **model))  # `model`'s keys win (the batch's too)
+    cfg = write_config(f"{d}/c.yml", **dict(
+        TINY_MODEL, **model, run_name="r", base_output_directory=f"{d}/out",
+        train_files=f"{d}/train.h5", max_target_length=16, global_batch_size=16, steps=2000,
+        learning_rate=1e-3, checkpoint_period=0, hardware=hardware, seed=3, collective_timeout_s=TIMEOUT_S))
     run = f"{d}/out/stop{victim}"
     mpirun = subprocess.Popen(["mpirun", "-np", "2", "--oversubscribe", SFT_TRAIN, cfg, f"run_name=stop{victim}"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
