@@ -32,12 +32,8 @@ class MpiSession {
 
 // Context parallelism (issue 37, SPEC §1): the ranks of one context group, which hold the same rows,
 // each a share of every row's positions. Its collectives work on the parent communicator's memory
-// (host for MPI, device for NCCL); every member makes the same calls in the same order. A result is
-// usable by whatever the caller queues next: MPI's when the call returns; NCCL's in stream order (the
-// kernels' stream waits for it, the host does not: a pass queues without stopping, and CUDA graphs
-// capture the collectives, issue 43). wait_all() waits, under the collective deadline like the
-// parent's, for everything queued so far (NCCL: the collectives launched or replayed in a graph, and the
-// kernels around them; MPI: nothing left to wait for); every member calls it at the same points.
+// (host for MPI, device for NCCL), block until the result is usable, and run under the collective
+// deadline like the parent's; every member makes the same calls in the same order.
 class Group {
  public:
   virtual ~Group() = default;
@@ -48,7 +44,6 @@ class Group {
   // recv (n floats) = the sum over the members of their send[index·n, (index + 1)·n), index being
   // this rank's; send holds size·n floats. Out of place. Bitwise the same run to run.
   virtual void reduce_scatter_sum(const float* send, float* recv, size_t n) = 0;
-  virtual void wait_all() {}
 };
 
 class Communicator {

@@ -307,8 +307,7 @@ class Model {
   void set_context_parallel(const ContextSplit& split, comm::Group* group);
   int context_parallelism() const;  // 1 without
   // The key/value all-gathers made so far (0 without): per micro-step 2L − 1, the backward of the last
-  // layer (and with remat of every layer, whose recomputation gathers) reusing its forward's. Counted as
-  // the host issues them: a CUDA graph's replays (set_cuda_graphs) are not.
+  // layer (and with remat of every layer, whose recomputation gathers) reusing its forward's.
   uint64_t context_gathers() const;
 
   bool remat() const { return remat_; }

@@ -299,38 +299,26 @@ class NcclGroup final : public Group {
   void all_gather(const void* send, void* recv, size_t bytes) override {
     assert_out_of_place("Group::all_gather", static_cast<const char*>(send), bytes, static_cast<const char*>(recv),
                         bytes * size_);
-    queue([&] {
+    run("the context group's key/value all-gather", [&] {
       CHECK_NCCL_TIMED("ncclAllGather", bytes, ncclAllGather(send, recv, bytes, ncclInt8, comm_, stream_));
     });
   }
   void reduce_scatter_sum(const float* send, float* recv, size_t n) override {
     assert_out_of_place("Group::reduce_scatter_sum", send, n * size_, recv, n);
-    queue([&] {
+    run("the context group's key/value gradient reduce-scatter", [&] {
       CHECK_NCCL_TIMED("ncclReduceScatter", n, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, comm_, stream_));
     });
   }
-  // Polls an event recorded on the kernels' stream now, after everything queued there: the pass's collectives,
-  // launched as they came or replayed inside a CUDA graph (whose events the host may not query, and whose replay
-  // calls nothing here: so every call waits). The deadline counts from this call: the device may still be running
-  // this rank's own kernels, and those may wait on the collectives (a stopped peer stops them), so it cannot wait
-  // for its own work first, as the ZeRO-2/3 collectives' wait_all (collective_timeout_s must exceed a pass).
-  void wait_all() override {
-    CHECK_CUDA(cudaEventRecord(kernels_done_, static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream())));
-    detail::Collective c("the context group's key/value all-gathers and gradient reduce-scatters of a pass");
-    c.wait_until([this] { return collective_done_at(kernels_done_, comm_); }, [this] { (void)ncclCommAbort(comm_); });
-  }
 
  private:
-  // Queues `launch` (one NCCL collective on stream_) after everything queued so far on the kernels' stream, and
-  // makes that stream wait for it (events: no host wait, nothing a stream capture forbids).
   template <class Launch>
-  void queue(const Launch& launch) {
-    const auto kernels = static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream());
-    CHECK_CUDA(cudaEventRecord(kernels_done_, kernels));
+  void run(const char* what, const Launch& launch) {
+    CHECK_CUDA(cudaEventRecord(kernels_done_, static_cast<cudaStream_t>(cuda_ops(GemmInputs::kFp32)->stream())));
     CHECK_CUDA(cudaStreamWaitEvent(stream_, kernels_done_, 0));
+    detail::Collective c(what);
     launch();
     CHECK_CUDA(cudaEventRecord(done_, stream_));
-    CHECK_CUDA(cudaStreamWaitEvent(kernels, done_, 0));
+    c.wait_until([this] { return collective_done_at(done_, comm_); }, [this] { (void)ncclCommAbort(comm_); });
   }
   int size_, index_;
   ncclComm_t comm_ = nullptr;

@@ -26,7 +26,6 @@
 #include "model/decoder.h"
 #include "model/graph_cache.h"
 #include "sftdp/check.h"
-#include "sftdp/comm.h"
 #include "sftdp/model.h"
 
 namespace sftdp::model {
@@ -314,10 +313,8 @@ int Model::default_head_chunk_rows16(int V, int max_rows) {
 }
 
 bool Model::graphable(bool with_ready) const {
-  // LoRA dropout replays too: its masks' keys and rows are read from device memory the upload fills. Context
-  // parallelism too: its group's collectives are stream-ordered (sftdp/comm.h's Group), the index tables and segment
-  // ids are uploaded before the passes, and which layers gather again follows from the passes alone.
-  return graphs_->enabled() && !residency_ && !with_ready;
+  // LoRA dropout replays too: its masks' keys and rows are read from device memory the upload fills.
+  return graphs_->enabled() && !residency_ && !cp_ && !with_ready;
 }
 
 void Model::set_cuda_graphs(bool on) { graphs_->set_enabled(on); }
@@ -591,7 +588,6 @@ void Model::forward_backward(const data::Batch& full, const GradReady& ready) {
     }
     training_ = false;
   }
-  if (cp_) cp_->group->wait_all();  // the group's collectives of these passes, under the deadline
   if (!ready) return;
   for (size_t i = early; i < buckets_.size(); ++i) ready(buckets_[i].first, buckets_[i].second);
 }
@@ -619,7 +615,6 @@ LossSums Model::forward(const data::Batch& full) {
     passes();
     if (residency_) residency_->end_pass();
   }
-  if (cp_) cp_->group->wait_all();
   float sums[2];
   ops_.to_host(sums, io_.eval_sums, sizeof sums);
   return {sums[0], sums[1]};
